@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* papccl public API: NCCL's API and semantics with the papccl prefix, plus PAP extensions. */
+#ifndef PAPCCL_INCLUDE_PAPCCL_H_
+#define PAPCCL_INCLUDE_PAPCCL_H_
+
+#include <limits.h>
+#include <stddef.h>
+
+#define PAPCCL_MAJOR 0
+#define PAPCCL_MINOR 1
+#define PAPCCL_PATCH 0
+#define PAPCCL_SUFFIX ""
+/* Same encoding as NCCL_VERSION for versions after 2.8. */
+#define PAPCCL_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define PAPCCL_VERSION_CODE PAPCCL_VERSION(PAPCCL_MAJOR, PAPCCL_MINOR, PAPCCL_PATCH)
+
+#if defined(_WIN32)
+#define PAPCCL_API
+#else
+#define PAPCCL_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The CUDA stream type, forward declared so that no CUDA header is needed. It is the very
+ * type behind cudaStream_t, so CUDA code passes its streams unchanged. Host-buffer
+ * operations ignore the stream (NULL is fine). */
+struct CUstream_st;
+typedef struct CUstream_st* papcclStream_t;
+
+/* Opaque communicator handle. */
+typedef struct papComm* papcclComm_t;
+#define PAPCCL_COMM_NULL NULL
+
+#define PAPCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[PAPCCL_UNIQUE_ID_BYTES];
+} papcclUniqueId;
+
+/* Result codes: the values of NCCL 2.28. */
+typedef enum {
+  papcclSuccess = 0,
+  papcclUnhandledCudaError = 1,
+  papcclSystemError = 2,
+  papcclInternalError = 3,
+  papcclInvalidArgument = 4,
+  papcclInvalidUsage = 5,
+  papcclRemoteError = 6,
+  papcclInProgress = 7,
+  papcclNumResults = 8
+} papcclResult_t;
+
+#define PAPCCL_CONFIG_UNDEF_INT INT_MIN
+#define PAPCCL_CONFIG_UNDEF_PTR NULL
+#define PAPCCL_SPLIT_NOCOLOR -1
+
+/* Communicator configuration; same layout, magic and rules as ncclConfig_t (2.28).
+ * Only `blocking` and `commName` change papccl's behaviour today; the other fields are
+ * accepted and ignored (they are GPU scheduling hints). Fields beyond config->size are
+ * never read. */
+typedef struct papcclConfig_v1 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking; /* 1 (default): calls block; 0: calls may return papcclInProgress */
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;
+  const char* netName;
+  int splitShare;
+  int trafficClass;
+  const char* commName;
+  int collnetEnable;
+  int CTAPolicy;
+  int shrinkShare;
+  int nvlsCTAs;
+  int nChannelsPerNetPeer;
+  int nvlinkCentricSched;
+} papcclConfig_t;
+
+#define PAPCCL_CONFIG_MAGIC 0xcafebeef
+#define PAPCCL_CONFIG_INITIALIZER                                                            \
+  {                                                                                          \
+    sizeof(papcclConfig_t), PAPCCL_CONFIG_MAGIC, PAPCCL_VERSION_CODE,                        \
+        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT,           \
+        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_PTR, PAPCCL_CONFIG_UNDEF_INT,           \
+        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_PTR, PAPCCL_CONFIG_UNDEF_INT,           \
+        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT,           \
+        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT                                     \
+  }
+
+/* Reduction operations: NCCL's values. Values >= papcclNumOps are custom operations made
+ * by papcclRedOpCreatePreMulSum. */
+typedef enum {
+  papcclSum = 0,
+  papcclProd = 1,
+  papcclMax = 2,
+  papcclMin = 3,
+  papcclAvg = 4,
+  papcclNumOps = 5,
+  papcclMaxRedOp = 0x7fffffff
+} papcclRedOp_t;
+
+/* Data types: NCCL 2.28's values. */
+typedef enum {
+  papcclInt8 = 0,
+  papcclChar = 0,
+  papcclUint8 = 1,
+  papcclInt32 = 2,
+  papcclInt = 2,
+  papcclUint32 = 3,
+  papcclInt64 = 4,
+  papcclUint64 = 5,
+  papcclFloat16 = 6,
+  papcclHalf = 6,
+  papcclFloat32 = 7,
+  papcclFloat = 7,
+  papcclFloat64 = 8,
+  papcclDouble = 8,
+  papcclBfloat16 = 9,
+  papcclFloat8e4m3 = 10,
+  papcclFloat8e5m2 = 11,
+  papcclNumTypes = 12
+} papcclDataType_t;
+
+typedef enum {
+  papcclScalarDevice = 0,       /* scalar is in device memory, read when the op runs */
+  papcclScalarHostImmediate = 1 /* scalar is in host memory, read at creation */
+} papcclScalarResidence_t;
+
+/* ---- Version, ids, errors ------------------------------------------------------------- */
+
+/* Writes PAPCCL_VERSION_CODE of the library to *version. Needs no GPU, no comm. */
+PAPCCL_API papcclResult_t papcclGetVersion(int* version);
+
+/* Creates a unique id for a new communicator: on the calling process it opens the bootstrap
+ * root listener (a background thread that serves one rendezvous, then exits). With
+ * PAPCCL_COMM_ID=host:port set, encodes that address instead and rank 0's init serves it.
+ * The id is plain bytes: send it to every rank by any means. */
+PAPCCL_API papcclResult_t papcclGetUniqueId(papcclUniqueId* uniqueId);
+
+/* Static text for a result code. */
+PAPCCL_API const char* papcclGetErrorString(papcclResult_t result);
+
+/* The last WARN message logged for comm (or, with comm NULL, for the calling thread's last
+ * failed call that had no valid comm). Never NULL; "" when nothing went wrong. */
+PAPCCL_API const char* papcclGetLastError(papcclComm_t comm);
+
+/* ---- Communicator lifecycle ----------------------------------------------------------- */
+
+/* Creates rank `rank` of an nranks-rank communicator. Blocks until every rank has joined
+ * (or PAPCCL_TIMEOUT_S passes). Inside papcclGroupStart/End the work is deferred to
+ * papcclGroupEnd, so one thread may create several ranks. Thread-safe. */
+PAPCCL_API papcclResult_t papcclCommInitRank(papcclComm_t* comm, int nranks,
+                                             papcclUniqueId commId, int rank);
+/* As papcclCommInitRank with a config (NULL = defaults). With config->blocking == 0 the call
+ * may return papcclInProgress; poll papcclCommGetAsyncError until it returns papcclSuccess. */
+PAPCCL_API papcclResult_t papcclCommInitRankConfig(papcclComm_t* comm, int nranks,
+                                                   papcclUniqueId commId, int rank,
+                                                   papcclConfig_t* config);
+/* Creates ndev ranks of one communicator in this process (ranks as threads). devlist may be
+ * NULL (device i for rank i; ignored for host buffers). */
+PAPCCL_API papcclResult_t papcclCommInitAll(papcclComm_t* comms, int ndev, const int* devlist);
+/* Collective over comm: ranks with the same color form a new communicator, ordered by key
+ * then by parent rank. color PAPCCL_SPLIT_NOCOLOR yields *newcomm = NULL. */
+PAPCCL_API papcclResult_t papcclCommSplit(papcclComm_t comm, int color, int key,
+                                          papcclComm_t* newcomm, papcclConfig_t* config);
+/* Completes every outstanding operation and disconnects (collective). Then destroy. */
+PAPCCL_API papcclResult_t papcclCommFinalize(papcclComm_t comm);
+/* Frees every resource of comm. Calls papcclCommFinalize first if it was not called. */
+PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm);
+/* Cancels in-flight operations (they return an error in the threads running them), then
+ * frees comm without talking to the peers. Safe to call from another thread. */
+PAPCCL_API papcclResult_t papcclCommAbort(papcclComm_t comm);
+/* The first asynchronous error of comm, or papcclInProgress while a non-blocking operation
+ * is still running. Thread-safe; cheap enough to poll. */
+PAPCCL_API papcclResult_t papcclCommGetAsyncError(papcclComm_t comm, papcclResult_t* asyncError);
+PAPCCL_API papcclResult_t papcclCommCount(const papcclComm_t comm, int* count);
+PAPCCL_API papcclResult_t papcclCommCuDevice(const papcclComm_t comm, int* device);
+PAPCCL_API papcclResult_t papcclCommUserRank(const papcclComm_t comm, int* rank);
+
+/* ---- Custom reduction operations ------------------------------------------------------ */
+
+/* Creates op = sum(scalar * x_r). scalar points to one value of `datatype`. Only
+ * papcclScalarHostImmediate is supported for host buffers (the scalar is read now). */
+PAPCCL_API papcclResult_t papcclRedOpCreatePreMulSum(papcclRedOp_t* op, void* scalar,
+                                                     papcclDataType_t datatype,
+                                                     papcclScalarResidence_t residence,
+                                                     papcclComm_t comm);
+PAPCCL_API papcclResult_t papcclRedOpDestroy(papcclRedOp_t op, papcclComm_t comm);
+
+/* ---- Collectives (NCCL semantics; host buffers complete before the call returns) ------ */
+
+PAPCCL_API papcclResult_t papcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                          papcclDataType_t datatype, papcclRedOp_t op,
+                                          papcclComm_t comm, papcclStream_t stream);
+PAPCCL_API papcclResult_t papcclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                          papcclDataType_t datatype, int root,
+                                          papcclComm_t comm, papcclStream_t stream);
+/* In-place broadcast (deprecated in NCCL; kept for compatibility). */
+PAPCCL_API papcclResult_t papcclBcast(void* buff, size_t count, papcclDataType_t datatype,
+                                      int root, papcclComm_t comm, papcclStream_t stream);
+PAPCCL_API papcclResult_t papcclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                       papcclDataType_t datatype, papcclRedOp_t op, int root,
+                                       papcclComm_t comm, papcclStream_t stream);
+/* sendcount elements per rank; recvbuff holds nranks * sendcount. */
+PAPCCL_API papcclResult_t papcclAllGather(const void* sendbuff, void* recvbuff,
+                                          size_t sendcount, papcclDataType_t datatype,
+                                          papcclComm_t comm, papcclStream_t stream);
+/* sendbuff holds nranks * recvcount; rank r receives block r reduced. */
+PAPCCL_API papcclResult_t papcclReduceScatter(const void* sendbuff, void* recvbuff,
+                                              size_t recvcount, papcclDataType_t datatype,
+                                              papcclRedOp_t op, papcclComm_t comm,
+                                              papcclStream_t stream);
+/* count elements to and from every rank; both buffers hold nranks * count. */
+PAPCCL_API papcclResult_t papcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                         papcclDataType_t datatype, papcclComm_t comm,
+                                         papcclStream_t stream);
+/* sendcount elements from every rank to root's recvbuff (nranks * sendcount). */
+PAPCCL_API papcclResult_t papcclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                       papcclDataType_t datatype, int root, papcclComm_t comm,
+                                       papcclStream_t stream);
+/* Block r of root's sendbuff (nranks * recvcount) goes to rank r's recvbuff. */
+PAPCCL_API papcclResult_t papcclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        papcclDataType_t datatype, int root, papcclComm_t comm,
+                                        papcclStream_t stream);
+
+/* ---- Point to point ------------------------------------------------------------------- */
+
+/* Blocking outside a group; inside a group all sends and receives complete together at
+ * papcclGroupEnd, whatever their order (no deadlock for exchanges). */
+PAPCCL_API papcclResult_t papcclSend(const void* sendbuff, size_t count,
+                                     papcclDataType_t datatype, int peer, papcclComm_t comm,
+                                     papcclStream_t stream);
+PAPCCL_API papcclResult_t papcclRecv(void* recvbuff, size_t count, papcclDataType_t datatype,
+                                     int peer, papcclComm_t comm, papcclStream_t stream);
+
+/* ---- Groups --------------------------------------------------------------------------- */
+
+/* Groups nest (thread-local depth). Operations issued inside are submitted together at the
+ * outermost papcclGroupEnd, which returns when they have completed. */
+PAPCCL_API papcclResult_t papcclGroupStart(void);
+PAPCCL_API papcclResult_t papcclGroupEnd(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PAPCCL_INCLUDE_PAPCCL_H_ */

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The whole check, as CI runs it: dependencies, build + tests, an ASan/UBSan build + tests,
+# and the clang-format check. One summary line per stage; exits non-zero if any failed.
+#
+# usage: scripts/test.sh [--skip-deps] [--skip-asan] [--skip-format] [--format=check|warn]
+# environment (same effect as the flags):
+#   PAPCCL_SKIP_DEPS=1, PAPCCL_SKIP_ASAN=1, PAPCCL_SKIP_FORMAT=1,
+#   PAPCCL_FORMAT=check|warn|skip   warn: report unformatted files but do not fail
+#   PAPCCL_JOBS=N                   parallel compile jobs (default: ninja's choice)
+#   PAPCCL_SETUP_ARGS="..."         extra `meson setup` options for both builds
+#   PAPCCL_ASAN_CUDA=auto           build CUDA in the sanitizer build too (default disabled)
+#   MESON_TESTTHREADS=N             tests meson runs at once (meson's own variable)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+BUILD=build
+ASAN_BUILD=build-asan
+# "check" fails the run on unformatted files; "warn" lists them and goes on. Switch to check
+# once `clang-format -i` has been run over the tree.
+FORMAT_DEFAULT=warn
+
+skip_deps=${PAPCCL_SKIP_DEPS:-0}
+skip_asan=${PAPCCL_SKIP_ASAN:-0}
+format_mode=${PAPCCL_FORMAT:-$FORMAT_DEFAULT}
+[ "${PAPCCL_SKIP_FORMAT:-0}" = 1 ] && format_mode=skip
+for arg in "$@"; do
+  case "$arg" in
+  --skip-deps) skip_deps=1 ;;
+  --skip-asan) skip_asan=1 ;;
+  --skip-format) format_mode=skip ;;
+  --format=*) format_mode=${arg#--format=} ;;
+  -h | --help)
+    sed -n '3,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  *)
+    echo "test.sh: unknown argument '$arg' (try --help)" >&2
+    exit 2
+    ;;
+  esac
+done
+case "$format_mode" in
+check | warn | skip) ;;
+*)
+  echo "test.sh: --format wants check, warn or skip, got '$format_mode'" >&2
+  exit 2
+  ;;
+esac
+
+read -r -a setup_args <<<"${PAPCCL_SETUP_ARGS:-}"
+compile_args=()
+[ -n "${PAPCCL_JOBS:-}" ] && compile_args=(-j "$PAPCCL_JOBS")
+ulimit -c 0 # sanitizer aborts must not litter the tree with cores
+
+summary=()
+failed=0
+stage_note="" # a stage may set it to qualify its "ok"
+start=$SECONDS
+
+# stage NAME FUNCTION: runs FUNCTION, prints and records one summary line.
+stage() {
+  local name=$1 fn=$2 t0=$SECONDS res rc=""
+  echo
+  echo "=== $name"
+  stage_note=""
+  if "$fn"; then res=${stage_note:-ok}; else
+    rc=$?
+    res="FAILED (exit $rc)"
+    failed=1
+  fi
+  local line
+  line=$(printf '%-11s %-16s %5d s' "$name" "$res" $((SECONDS - t0)))
+  summary+=("$line")
+  echo "=== $line"
+  [ "$rc" = "" ]
+}
+skipped() { # skipped NAME WHY
+  summary+=("$(printf '%-11s %-16s (%s)' "$1" skipped "$2")")
+  echo
+  echo "=== $1: skipped ($2)"
+}
+
+# setup_dir DIR OPTIONS...: configures DIR once; later runs reuse it (ninja re-runs meson
+# when a meson.build changes).
+setup_dir() {
+  local dir=$1
+  shift
+  if [ -f "$dir/build.ninja" ]; then
+    echo "reusing $dir/"
+  elif [ -f "$dir/meson-private/coredata.dat" ]; then
+    meson setup --wipe "$dir" "$@" "${setup_args[@]}" # an earlier configure did not finish
+  else
+    meson setup "$dir" "$@" "${setup_args[@]}"
+  fi
+}
+
+do_deps() { scripts/install-deps.sh; }
+
+do_build() {
+  setup_dir "$BUILD" || return
+  meson compile -C "$BUILD" "${compile_args[@]}"
+}
+
+do_test() { meson test -C "$BUILD" --print-errorlogs; }
+
+do_asan_build() {
+  setup_dir "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false \
+    -Dbuildtype=debugoptimized -Dcuda="${PAPCCL_ASAN_CUDA:-disabled}" || return
+  meson compile -C "$ASAN_BUILD" "${compile_args[@]}"
+}
+
+do_asan_test() {
+  local lsan=""
+  [ -f tests/lsan.supp ] && lsan="suppressions=$ROOT/tests/lsan.supp"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    LSAN_OPTIONS=$lsan \
+    meson test -C "$ASAN_BUILD" --print-errorlogs --timeout-multiplier 3
+}
+
+do_format() {
+  local cf
+  cf=$(command -v clang-format-14 || command -v clang-format || true)
+  if [ -z "$cf" ]; then
+    echo "clang-format not found (scripts/install-deps.sh installs it)"
+    return 1
+  fi
+  if ! "$cf" --version | grep -q 'version 14\.'; then
+    echo "note: $("$cf" --version) is not version 14; its output may differ from CI's"
+  fi
+  local files=() dirs=()
+  for d in include src kernels transport tests perf; do [ -d "$d" ] && dirs+=("$d"); done
+  mapfile -t files < <(find "${dirs[@]}" -type f \( -name '*.c' -o -name '*.h' -o \
+    -name '*.cc' -o -name '*.cu' -o -name '*.cuh' \) | sort)
+  if [ ${#files[@]} -eq 0 ]; then
+    echo "no sources to check"
+    return 0
+  fi
+  local log bad=()
+  log=$(mktemp)
+  "$cf" --dry-run --Werror "${files[@]}" >"$log" 2>&1 || true
+  mapfile -t bad < <(grep -oE '^[^:]+:[0-9]+:[0-9]+: error' "$log" | cut -d: -f1 | sort -u)
+  if [ ${#bad[@]} -eq 0 ] && grep -q . "$log"; then
+    cat "$log" # clang-format itself failed (bad .clang-format, unreadable file)
+    rm -f "$log"
+    return 1
+  fi
+  if [ ${#bad[@]} -eq 0 ]; then
+    echo "${#files[@]} files formatted"
+    rm -f "$log"
+    return 0
+  fi
+  head -n 60 "$log"
+  [ "$(wc -l <"$log")" -gt 60 ] && echo "... ($(wc -l <"$log") lines in all)"
+  rm -f "$log"
+  echo
+  echo "${#bad[@]} of ${#files[@]} files need clang-format:"
+  printf '  %s\n' "${bad[@]}"
+  echo "fix with: $cf -i ${bad[*]}"
+  if [ "$format_mode" = warn ]; then
+    echo "(format mode is warn: not failing)"
+    stage_note="WARN (${#bad[@]} files)"
+    return 0
+  fi
+  return 1
+}
+
+if [ "$skip_deps" = 1 ]; then skipped deps "asked"; else stage deps do_deps || true; fi
+if stage build do_build; then
+  stage test do_test || true
+else
+  skipped test "build failed"
+fi
+if [ "$skip_asan" = 1 ]; then
+  skipped asan-build "asked"
+  skipped asan-test "asked"
+elif stage asan-build do_asan_build; then
+  stage asan-test do_asan_test || true
+else
+  skipped asan-test "build failed"
+fi
+if [ "$format_mode" = skip ]; then skipped format "asked"; else stage format do_format || true; fi
+
+echo
+echo "=== summary ($((SECONDS - start)) s)"
+printf '%s\n' "${summary[@]}"
+if [ "$failed" != 0 ]; then
+  echo "test.sh: FAILED"
+  exit 1
+fi
+echo "test.sh: all stages passed"

@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Algorithm dispatch, selection and the unit tracker shared by the planners. */
+#include "algo/algo.h"
+
+#include <string.h>
+#include <strings.h>
+
+#include "check.h"
+#include "log.h"
+#include "param.h"
+
+const char* papAlgoName(enum papAlgo a) {
+  switch (a) {
+  case PAP_ALGO_RING:
+    return "ring";
+  case PAP_ALGO_RHD:
+    return "rhd";
+  default:
+    return "auto";
+  }
+}
+
+enum papAlgo papAlgoSelectAllReduce(size_t bytes, int nranks) {
+  const char* force = papParamAlgo();
+  if (force) {
+    if (strcasecmp(force, "ring") == 0) return PAP_ALGO_RING;
+    if (strcasecmp(force, "rhd") == 0) return PAP_ALGO_RHD;
+    /* PAP plans (ac2s, chain, small) arrive with the PAP engine; unknown names fall through
+     * to the automatic choice, which papParamAlgo's reader has not validated: warn once. */
+    static int warned;
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+      PAP_WARN("PAPCCL_ALGO=%s is not an allreduce algorithm of this build (ring, rhd); "
+               "choosing automatically", force);
+  }
+  if (nranks <= 2) return bytes <= (size_t)papParamRhdMaxBytes() ? PAP_ALGO_RHD : PAP_ALGO_RING;
+  return bytes <= (size_t)papParamRhdMaxBytes() ? PAP_ALGO_RHD : PAP_ALGO_RING;
+}
+
+papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op) {
+  papPlanBeginOp(e, op->seq);
+  switch (op->coll) {
+  case PAP_COLL_ALLREDUCE: {
+    size_t bytes = op->count * papKernTypeSize(op->dtype);
+    if (papAlgoSelectAllReduce(bytes, e->nranks) == PAP_ALGO_RHD) return papAllReduceRhd(e, op);
+    return papAllReduceRing(e, op);
+  }
+  case PAP_COLL_BROADCAST:
+    return papPlanBroadcast(e, op);
+  case PAP_COLL_REDUCE:
+    return papPlanReduceColl(e, op);
+  case PAP_COLL_ALLGATHER:
+    return papPlanAllGather(e, op);
+  case PAP_COLL_REDUCESCATTER:
+    return papPlanReduceScatter(e, op);
+  case PAP_COLL_ALLTOALL:
+    return papPlanAlltoAll(e, op);
+  case PAP_COLL_GATHER:
+    return papPlanGather(e, op);
+  case PAP_COLL_SCATTER:
+    return papPlanScatter(e, op);
+  case PAP_COLL_SEND:
+  case PAP_COLL_RECV:
+    return papPlanP2p(e, op);
+  default:
+    PAP_WARN("internal error: unknown collective %d", op->coll);
+    return papcclInternalError;
+  }
+}
+
+papcclResult_t papGeomInit(struct papEngine* e, struct papGeom* g, const void* sendbuff,
+                           void* recvbuff, size_t count, size_t esz, int nblocks) {
+  memset(g, 0, sizeof(*g));
+  g->sendbuff = (const char*)sendbuff;
+  g->recvbuff = (char*)recvbuff;
+  g->esz = esz;
+  g->nblocks = nblocks;
+  size_t chunkBytes = (size_t)papParamChunkSize();
+  if (chunkBytes < 64) chunkBytes = 64;
+  g->chunkElems = chunkBytes / esz;
+  size_t base = count / (size_t)nblocks;
+  size_t rem = count % (size_t)nblocks;
+  /* units: sum over blocks of ceil(n / chunkElems) */
+  size_t nunits = 0;
+  for (int b = 0; b < nblocks; b++) {
+    size_t n = base + ((size_t)b < rem);
+    nunits += (n + g->chunkElems - 1) / g->chunkElems;
+  }
+  size_t bytes = sizeof(size_t) * (size_t)(nblocks + 1) + sizeof(int) * (size_t)(nblocks + 1) +
+                 nunits * (2 * sizeof(int32_t) + 1) + 64;
+  void* mem = NULL;
+  PAP_CHECK(papPlanScratch(e, bytes, &mem));
+  char* p = (char*)mem;
+  g->blkOff = (size_t*)p;
+  p += sizeof(size_t) * (size_t)(nblocks + 1);
+  g->lastW = (int32_t*)p;
+  p += sizeof(int32_t) * nunits;
+  g->lastR = (int32_t*)p;
+  p += sizeof(int32_t) * nunits;
+  g->unitOff = (int*)p;
+  p += sizeof(int) * (size_t)(nblocks + 1);
+  g->written = (uint8_t*)p;
+  size_t off = 0;
+  int u = 0;
+  for (int b = 0; b < nblocks; b++) {
+    size_t n = base + ((size_t)b < rem);
+    g->blkOff[b] = off;
+    g->unitOff[b] = u;
+    off += n;
+    u += (int)((n + g->chunkElems - 1) / g->chunkElems);
+  }
+  g->blkOff[nblocks] = off;
+  g->unitOff[nblocks] = u;
+  g->nunits = u;
+  for (int i = 0; i < u; i++) {
+    g->lastW[i] = -1;
+    g->lastR[i] = -1;
+    g->written[i] = 0;
+  }
+  return papcclSuccess;
+}
+
+void papGeomUnit(const struct papGeom* g, int b, int k, size_t* offElems, size_t* nElems) {
+  size_t start = g->blkOff[b] + (size_t)k * g->chunkElems;
+  size_t end = start + g->chunkElems;
+  if (end > g->blkOff[b + 1]) end = g->blkOff[b + 1];
+  *offElems = start;
+  *nElems = end - start;
+}
+
+int papGeomSend(struct papEngine* e, struct papGeom* g, int peer, int b, int k) {
+  int u = g->unitOff[b] + k;
+  size_t off, n;
+  papGeomUnit(g, b, k, &off, &n);
+  const char* src = (g->written[u] ? g->recvbuff : g->sendbuff) + off * g->esz;
+  int idx = papPlanSend(e, peer, src, n * g->esz, g->lastW[u], -1);
+  if (idx >= 0) g->lastR[u] = idx;
+  return idx;
+}
+
+int papGeomRecv(struct papEngine* e, struct papGeom* g, int peer, int b, int k) {
+  int u = g->unitOff[b] + k;
+  size_t off, n;
+  papGeomUnit(g, b, k, &off, &n);
+  int idx = papPlanRecv(e, peer, g->recvbuff + off * g->esz, n * g->esz, g->lastW[u], g->lastR[u]);
+  if (idx >= 0) {
+    g->lastW[u] = idx;
+    g->lastR[u] = -1;
+    g->written[u] = 1;
+  }
+  return idx;
+}
+
+int papGeomRecvReduce(struct papEngine* e, struct papGeom* g, int peer, int b, int k,
+                      papcclDataType_t dtype, enum papRedKind red) {
+  int u = g->unitOff[b] + k;
+  size_t off, n;
+  papGeomUnit(g, b, k, &off, &n);
+  const char* src = (g->written[u] ? g->recvbuff : g->sendbuff) + off * g->esz;
+  int idx = papPlanRecvReduce(e, peer, g->recvbuff + off * g->esz, src, n * g->esz, dtype, red,
+                              g->lastW[u], g->lastR[u]);
+  if (idx >= 0) {
+    g->lastW[u] = idx;
+    g->lastR[u] = -1;
+    g->written[u] = 1;
+  }
+  return idx;
+}

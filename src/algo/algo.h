@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Collective algorithms: each turns one op into plan steps (see algo/README.md). */
+#ifndef PAPCCL_ALGO_ALGO_H_
+#define PAPCCL_ALGO_ALGO_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proxy/engine.h"
+
+enum papAlgo { PAP_ALGO_AUTO = 0, PAP_ALGO_RING, PAP_ALGO_RHD };
+
+/* Appends the steps of op to the engine's plan. */
+papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op);
+
+/* The allreduce algorithm for bytes on nranks: PAPCCL_ALGO, else by size. */
+enum papAlgo papAlgoSelectAllReduce(size_t bytes, int nranks);
+const char* papAlgoName(enum papAlgo a);
+
+/* A buffer cut into blocks, each cut into chunks ("units"). Tracks per unit the last step
+ * that wrote it and the last that read it, and whether the result buffer holds it yet, so
+ * algorithms get their dependencies (RAW and WAR) right in place and out of place. */
+struct papGeom {
+  const char* sendbuff; /* where unwritten units are read from */
+  char* recvbuff;       /* where units are written */
+  size_t esz;
+  int nblocks;
+  size_t chunkElems;
+  size_t* blkOff;  /* [nblocks+1] element offsets */
+  int* unitOff;    /* [nblocks+1] first unit of each block */
+  int32_t* lastW;  /* [nunits] */
+  int32_t* lastR;
+  uint8_t* written;
+  int nunits;
+};
+
+papcclResult_t papGeomInit(struct papEngine* e, struct papGeom* g, const void* sendbuff,
+                           void* recvbuff, size_t count, size_t esz, int nblocks);
+static inline int papGeomChunks(const struct papGeom* g, int b) {
+  return g->unitOff[b + 1] - g->unitOff[b];
+}
+/* Element range of unit (b, k). */
+void papGeomUnit(const struct papGeom* g, int b, int k, size_t* offElems, size_t* nElems);
+
+/* Unit operations; return the step index or -1 (plan failed). */
+int papGeomSend(struct papEngine* e, struct papGeom* g, int peer, int b, int k);
+int papGeomRecv(struct papEngine* e, struct papGeom* g, int peer, int b, int k);
+int papGeomRecvReduce(struct papEngine* e, struct papGeom* g, int peer, int b, int k,
+                      papcclDataType_t dtype, enum papRedKind red);
+
+/* Per-collective planners. */
+papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanAllGather(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanReduceScatter(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanBroadcast(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanReduceColl(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanAlltoAll(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanGather(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanScatter(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanP2p(struct papEngine* e, struct papOpDesc* op);
+
+#endif /* PAPCCL_ALGO_ALGO_H_ */

@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* AllReduce plans: ring (bandwidth-optimal) and recursive halving-doubling (latency). */
+#include <string.h>
+
+#include "algo/algo.h"
+#include "check.h"
+#include "log.h"
+#include "param.h"
+
+#define PLAN_OK(idx)                                                       \
+  do {                                                                     \
+    if ((idx) < 0) {                                                       \
+      PAP_WARN("allreduce: out of memory while building the plan");       \
+      return papcclSystemError;                                            \
+    }                                                                      \
+  } while (0)
+
+static papcclResult_t localCopy(struct papEngine* e, struct papOpDesc* op, size_t bytes) {
+  if (op->sendbuff != op->recvbuff && bytes) {
+    int i = papPlanCopy(e, op->recvbuff, op->sendbuff, bytes, -1, -1);
+    PLAN_OK(i);
+  }
+  return papcclSuccess;
+}
+
+/* Ring: N-1 reduce-scatter steps then N-1 allgather steps over N segments, every segment cut
+ * in chunks; chunk k of a step waits only for chunk k of the step before. */
+papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op) {
+  int n = e->nranks;
+  int r = e->rank;
+  size_t esz = papKernTypeSize(op->dtype);
+  if (n == 1) return localCopy(e, op, op->count * esz);
+  struct papGeom g;
+  PAP_CHECK(papGeomInit(e, &g, op->sendbuff, op->recvbuff, op->count, esz, n));
+  int next = (r + 1) % n;
+  int prev = (r - 1 + n) % n;
+  for (int s = 0; s < n - 1; s++) {
+    int sendSeg = (r - s + n) % n;
+    int recvSeg = (r - s - 1 + n) % n;
+    int ns = papGeomChunks(&g, sendSeg);
+    int nr = papGeomChunks(&g, recvSeg);
+    for (int k = 0; k < ns || k < nr; k++) {
+      if (k < ns) PLAN_OK(papGeomSend(e, &g, next, sendSeg, k));
+      if (k < nr) PLAN_OK(papGeomRecvReduce(e, &g, prev, recvSeg, k, op->dtype, op->red));
+    }
+  }
+  for (int s = 0; s < n - 1; s++) {
+    int sendSeg = (r + 1 - s + n) % n;
+    int recvSeg = (r - s + n) % n;
+    int ns = papGeomChunks(&g, sendSeg);
+    int nr = papGeomChunks(&g, recvSeg);
+    for (int k = 0; k < ns || k < nr; k++) {
+      if (k < ns) PLAN_OK(papGeomSend(e, &g, next, sendSeg, k));
+      if (k < nr) PLAN_OK(papGeomRecv(e, &g, prev, recvSeg, k));
+    }
+  }
+  return papcclSuccess;
+}
+
+/* Rank of virtual rank v after folding the first 2*rem ranks into pairs. */
+static int realRank(int v, int rem) {
+  return v < rem ? 2 * v + 1 : v + rem;
+}
+
+/* Whole-vector exchange of every unit with peer, reducing what arrives. Used by the
+ * recursive-doubling variant and the fold; units go through scratch (copy = recv, then a
+ * reduce step), so a send never races the write of the same unit. */
+static papcclResult_t exchangeReduceAll(struct papEngine* e, struct papGeom* g, int peer,
+                                        struct papOpDesc* op, char* tmp) {
+  for (int b = 0; b < g->nblocks; b++) {
+    for (int k = 0; k < papGeomChunks(g, b); k++) {
+      int u = g->unitOff[b] + k;
+      size_t off, cnt;
+      papGeomUnit(g, b, k, &off, &cnt);
+      int si = papGeomSend(e, g, peer, b, k);
+      PLAN_OK(si);
+      /* tmp is private to this unit, so no false dependency between units. */
+      int ri = papPlanRecv(e, peer, tmp + off * g->esz, cnt * g->esz, g->lastW[u], -1);
+      PLAN_OK(ri);
+      const char* src = (g->written[u] ? g->recvbuff : g->sendbuff) + off * g->esz;
+      int di = papPlanReduce(e, g->recvbuff + off * g->esz, src, tmp + off * g->esz,
+                             cnt * g->esz, op->dtype, op->red, ri, si);
+      PLAN_OK(di);
+      g->lastW[u] = di;
+      g->lastR[u] = -1;
+      g->written[u] = 1;
+    }
+  }
+  return papcclSuccess;
+}
+
+/* Recursive halving (reduce-scatter) then recursive doubling (allgather), with the extra
+ * ranks of a non-power-of-two count folded into their neighbours first. Small vectors skip
+ * the halving and exchange whole vectors (recursive doubling): fewest steps. */
+papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op) {
+  int n = e->nranks;
+  int r = e->rank;
+  size_t esz = papKernTypeSize(op->dtype);
+  size_t bytes = op->count * esz;
+  if (n == 1) return localCopy(e, op, bytes);
+  int p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2;
+  int rem = n - p2;
+  int whole = bytes <= (size_t)papParamRdMaxBytes() || op->count < (size_t)p2;
+  struct papGeom g;
+  PAP_CHECK(papGeomInit(e, &g, op->sendbuff, op->recvbuff, op->count, esz, whole ? 1 : p2));
+  char* tmp = NULL;
+  PAP_CHECK(papPlanScratch(e, bytes, (void**)&tmp));
+
+  int v; /* virtual rank among the p2 survivors, or -1 for a folded-out rank */
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      /* Give my vector to r+1, get the result back at the end. */
+      for (int b = 0; b < g.nblocks; b++)
+        for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomSend(e, &g, r + 1, b, k));
+      for (int b = 0; b < g.nblocks; b++)
+        for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomRecv(e, &g, r + 1, b, k));
+      return papcclSuccess;
+    }
+    for (int b = 0; b < g.nblocks; b++)
+      for (int k = 0; k < papGeomChunks(&g, b); k++)
+        PLAN_OK(papGeomRecvReduce(e, &g, r - 1, b, k, op->dtype, op->red));
+    v = r / 2;
+  } else {
+    v = r - rem;
+  }
+
+  if (whole) {
+    for (int mask = 1; mask < p2; mask <<= 1)
+      PAP_CHECK(exchangeReduceAll(e, &g, realRank(v ^ mask, rem), op, tmp));
+  } else {
+    int lo = 0, hi = p2; /* block range I hold partial sums for */
+    for (int mask = p2 >> 1; mask >= 1; mask >>= 1) {
+      int peer = realRank(v ^ mask, rem);
+      int mid = (lo + hi) / 2;
+      int keepLo = (v & mask) ? mid : lo;
+      int keepHi = (v & mask) ? hi : mid;
+      int sendLo = (v & mask) ? lo : mid;
+      int sendHi = (v & mask) ? mid : hi;
+      for (int b = sendLo; b < sendHi; b++)
+        for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomSend(e, &g, peer, b, k));
+      for (int b = keepLo; b < keepHi; b++)
+        for (int k = 0; k < papGeomChunks(&g, b); k++)
+          PLAN_OK(papGeomRecvReduce(e, &g, peer, b, k, op->dtype, op->red));
+      lo = keepLo;
+      hi = keepHi;
+    }
+    for (int mask = 1; mask < p2; mask <<= 1) {
+      int peer = realRank(v ^ mask, rem);
+      int mine = v & ~(mask - 1);
+      int theirs = (v ^ mask) & ~(mask - 1);
+      for (int b = mine; b < mine + mask; b++)
+        for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomSend(e, &g, peer, b, k));
+      for (int b = theirs; b < theirs + mask; b++)
+        for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomRecv(e, &g, peer, b, k));
+    }
+  }
+
+  if (r < 2 * rem) {
+    /* Return the result to the folded-out neighbour. */
+    for (int b = 0; b < g.nblocks; b++)
+      for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomSend(e, &g, r - 1, b, k));
+  }
+  return papcclSuccess;
+}

@@ -1,0 +1,605 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Communicator lifecycle: init (rank, config, all, grouped), split, finalize, destroy,
+ * abort, queries, and the API-edge validity check. */
+#include "comm/comm.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "bootstrap/bootstrap.h"
+#include "check.h"
+#include "enqueue/enqueue.h"
+#include "futex.h"
+#include "log.h"
+#include "param.h"
+
+/* ---- Tombstones: destroyed comm shells stay readable (magic DEAD) until exit ------------ */
+
+static pthread_mutex_t tombLock = PTHREAD_MUTEX_INITIALIZER;
+static struct papComm* tombHead;
+
+__attribute__((destructor)) static void freeTombstones(void) {
+  pthread_mutex_lock(&tombLock);
+  while (tombHead) {
+    struct papComm* c = tombHead;
+    tombHead = c->tombNext;
+    pthread_mutex_destroy(&c->progressLock);
+    pthread_mutex_destroy(&c->userOpLock);
+    pthread_mutex_destroy(&c->jobLock);
+    free(c);
+  }
+  pthread_mutex_unlock(&tombLock);
+}
+
+void papCommFreeShell(struct papComm* comm) {
+  atomic_store_explicit((_Atomic uint64_t*)&comm->magic, PAP_COMM_DEAD, memory_order_seq_cst);
+  pthread_mutex_lock(&tombLock);
+  comm->tombNext = tombHead;
+  tombHead = comm;
+  pthread_mutex_unlock(&tombLock);
+}
+
+papcclResult_t papCommAllocShell(int rank, int nranks, const papcclConfig_t* config,
+                                 struct papComm** commOut) {
+  struct papComm* comm = NULL;
+  PAP_CHECK(papCalloc(&comm, 1));
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->cudaDev = -1;
+  comm->blocking = 1;
+  if (config && config->size >= offsetof(papcclConfig_t, blocking) + sizeof(int) &&
+      config->blocking != PAPCCL_CONFIG_UNDEF_INT)
+    comm->blocking = config->blocking != 0;
+  pthread_mutex_init(&comm->progressLock, NULL);
+  pthread_mutex_init(&comm->userOpLock, NULL);
+  pthread_mutex_init(&comm->jobLock, NULL);
+  comm->magic = PAP_COMM_MAGIC;
+  comm->magicTail = PAP_COMM_MAGIC;
+  papcclResult_t res = papProgressStart(comm);
+  if (res != papcclSuccess) {
+    papCommFreeShell(comm);
+    return res;
+  }
+  *commOut = comm;
+  return papcclSuccess;
+}
+
+papcclResult_t papCommEnter(struct papComm* comm, const char* fn) {
+  if (comm == NULL) {
+    papLogSetContext(-1, NULL, 0);
+    PAP_WARN("%s: comm is NULL", fn);
+    return papcclInvalidArgument;
+  }
+  /* Count the call before checking magic; destroy marks the comm dead, then waits for the
+   * count to drain (seq_cst on both sides), so a live comm cannot be torn down under us. */
+  atomic_fetch_add_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
+  uint64_t m = atomic_load_explicit((_Atomic uint64_t*)&comm->magic, memory_order_seq_cst);
+  if (m != PAP_COMM_MAGIC || comm->magicTail != PAP_COMM_MAGIC) {
+    atomic_fetch_sub_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
+    papLogSetContext(-1, NULL, 0);
+    if (m == PAP_COMM_DEAD)
+      PAP_WARN("%s: communicator was destroyed or aborted", fn);
+    else
+      PAP_WARN("%s: comm %p is not a papccl communicator", fn, (void*)comm);
+    return papcclInvalidUsage;
+  }
+  papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
+  return papcclSuccess;
+}
+
+void papCommLeave(struct papComm* comm) {
+  papLogSetContext(-1, NULL, 0);
+  atomic_fetch_sub_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
+}
+
+/* ---- Setup shared by init and split ---------------------------------------------------- */
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static uint64_t hashString(const char* s, uint64_t h) {
+  for (; *s; s++) h = mix64(h ^ (unsigned char)*s);
+  return h;
+}
+
+/* Same value for every process of one host (boot instance + hostname). */
+static uint64_t localHostId(void) {
+  const char* force = papParamHostId();
+  if (force) return hashString(force, 1);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  uint64_t h = hashString(host, 7);
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    char boot[64] = {0};
+    if (fgets(boot, sizeof(boot), f)) h = hashString(boot, h);
+    fclose(f);
+  }
+  return h;
+}
+
+struct peerInfo {
+  uint64_t hostId;
+  int32_t pid;
+  int32_t rank;
+};
+
+static papcclResult_t commSetup(struct papComm* comm) {
+  papcclResult_t res = papcclSuccess;
+  int n = comm->nranks;
+  struct peerInfo* info = NULL;
+  unsigned char* handles = NULL;
+  memcpy(comm->key, papBootstrapKey(comm->bs), sizeof(comm->key));
+  PAP_CHECK(papCalloc(&info, (size_t)n));
+  info[comm->rank].hostId = localHostId();
+  info[comm->rank].pid = (int32_t)getpid();
+  info[comm->rank].rank = comm->rank;
+  PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, info, sizeof(*info)), res, out);
+  PAP_CHECK_GOTO(papCalloc(&comm->hostIds, (size_t)n), res, out);
+  PAP_CHECK_GOTO(papCalloc(&comm->pids, (size_t)n), res, out);
+  PAP_CHECK_GOTO(papCalloc(&comm->conns, (size_t)n), res, out);
+  PAP_CHECK_GOTO(papCalloc(&comm->p2pSendCount, (size_t)n), res, out);
+  PAP_CHECK_GOTO(papCalloc(&comm->p2pRecvCount, (size_t)n), res, out);
+  for (int r = 0; r < n; r++) {
+    comm->hostIds[r] = info[r].hostId;
+    comm->pids[r] = info[r].pid;
+  }
+  struct papTransportCtx ctx = {
+      .rank = comm->rank,
+      .nranks = n,
+      .key = comm->key,
+      .hostIds = comm->hostIds,
+      .pids = comm->pids,
+      .abortFlag = (const volatile int*)&comm->abortFlag,
+  };
+  /* One backend serves every peer today (shm); the network backends of later work plug in
+   * here with a per-peer choice. */
+  comm->tops = &papTransportShm;
+  for (int p = 0; p < n; p++) {
+    if (p == comm->rank) continue;
+    const struct papTransportOps* t = papTransportSelect(&ctx, p);
+    if (t == NULL) {
+      res = papcclInvalidUsage;
+      goto out;
+    }
+    comm->tops = t;
+  }
+  PAP_CHECK_GOTO(comm->tops->init(&ctx, &comm->tstate), res, out);
+  PAP_CHECK_GOTO(papCalloc(&handles, (size_t)n * PAP_TRANSPORT_HANDLE_BYTES), res, out);
+  PAP_CHECK_GOTO(comm->tops->listen(comm->tstate, handles +
+                                                      (size_t)comm->rank * PAP_TRANSPORT_HANDLE_BYTES),
+                 res, out);
+  PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, handles, PAP_TRANSPORT_HANDLE_BYTES), res, out);
+  for (int p = 0; p < n; p++) {
+    if (p == comm->rank) continue;
+    uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+    while (comm->conns[p] == NULL) {
+      PAP_CHECK_GOTO(comm->tops->connect(comm->tstate, p,
+                                         handles + (size_t)p * PAP_TRANSPORT_HANDLE_BYTES,
+                                         &comm->conns[p]),
+                     res, out);
+      if (comm->conns[p] == NULL) {
+        if (papNowNs() > deadline) {
+          PAP_WARN("connecting to peer %d timed out", p);
+          res = papcclRemoteError;
+          goto out;
+        }
+        sched_yield();
+      }
+    }
+  }
+  PAP_CHECK_GOTO(papBootstrapBarrier(comm->bs), res, out);
+  PAP_CHECK_GOTO(comm->tops->ready(comm->tstate), res, out);
+  PAP_CHECK_GOTO(papEngineInit(&comm->engine, comm->rank, n, comm->tops, comm->tstate,
+                               comm->conns, (const volatile int*)&comm->abortFlag),
+                 res, out);
+  PAP_INFO(PAP_LOG_INIT, "comm %p rank %d nranks %d ready (transport %s)", (void*)comm,
+           comm->rank, n, comm->tops->name);
+out:
+  free(handles);
+  free(info);
+  return res;
+}
+
+/* Frees everything but the shell. Safe on a partly set up comm. */
+static void commTeardown(struct papComm* comm) {
+  papProgressStop(comm);
+  if (comm->engine.steps || comm->engine.lastSend) papEngineFree(&comm->engine);
+  if (comm->tstate) comm->tops->finalize(comm->tstate);
+  comm->tstate = NULL;
+  papBootstrapDestroy(comm->bs);
+  comm->bs = NULL;
+  free(comm->conns);
+  free(comm->pids);
+  free(comm->hostIds);
+  free(comm->p2pSendCount);
+  free(comm->p2pRecvCount);
+  comm->conns = NULL;
+  comm->pids = NULL;
+  comm->hostIds = NULL;
+  comm->p2pSendCount = comm->p2pRecvCount = NULL;
+}
+
+papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueId* id) {
+  papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
+  papcclResult_t res = papBootstrapInit(id, comm->rank, comm->nranks,
+                                        (const volatile int*)&comm->abortFlag,
+                                        papParamTimeoutS(), &comm->bs);
+  if (res == papcclSuccess) res = commSetup(comm);
+  if (res == papcclSuccess) {
+    atomic_store_explicit(&comm->asyncError, papcclSuccess, memory_order_release);
+  } else {
+    atomic_store_explicit(&comm->asyncError, res, memory_order_release);
+  }
+  return res;
+}
+
+/* ---- Public lifecycle ------------------------------------------------------------------ */
+
+static papcclResult_t checkInitArgs(const char* fn, papcclComm_t* comm, int nranks, int rank,
+                                    const papcclUniqueId* id, const papcclConfig_t* config) {
+  papLogSetContext(-1, NULL, 0);
+  if (comm == NULL) {
+    PAP_WARN("%s: comm (output pointer) is NULL", fn);
+    return papcclInvalidArgument;
+  }
+  if (nranks < 1) {
+    PAP_WARN("%s: nranks %d must be at least 1", fn, nranks);
+    return papcclInvalidArgument;
+  }
+  if (rank < 0 || rank >= nranks) {
+    PAP_WARN("%s: rank %d is out of range [0, %d)", fn, rank, nranks);
+    return papcclInvalidArgument;
+  }
+  if (config) {
+    if (config->magic != PAPCCL_CONFIG_MAGIC) {
+      PAP_WARN("%s: config->magic %#x is wrong: initialize the config with "
+               "PAPCCL_CONFIG_INITIALIZER", fn, config->magic);
+      return papcclInvalidArgument;
+    }
+    if (config->size < offsetof(papcclConfig_t, blocking) + sizeof(int)) {
+      PAP_WARN("%s: config->size %zu is too small", fn, config->size);
+      return papcclInvalidArgument;
+    }
+    if (config->blocking != PAPCCL_CONFIG_UNDEF_INT && config->blocking != 0 &&
+        config->blocking != 1) {
+      PAP_WARN("%s: config->blocking %d must be 0 or 1", fn, config->blocking);
+      return papcclInvalidArgument;
+    }
+  }
+  PAP_CHECK(papBootstrapCheckId(id));
+  return papcclSuccess;
+}
+
+PAPCCL_API papcclResult_t papcclCommInitRankConfig(papcclComm_t* newcomm, int nranks,
+                                                   papcclUniqueId commId, int rank,
+                                                   papcclConfig_t* config) {
+  const char* fn = "papcclCommInitRank";
+  PAP_CHECK(checkInitArgs(fn, newcomm, nranks, rank, &commId, config));
+  struct papComm* comm = NULL;
+  PAP_CHECK(papCommAllocShell(rank, nranks, config, &comm));
+  if (papGroupDepth() > 0) {
+    papcclResult_t res = papGroupAddInit(comm, &commId);
+    if (res != papcclSuccess) {
+      commTeardown(comm);
+      papCommFreeShell(comm);
+      return res;
+    }
+    *newcomm = comm;
+    return papcclSuccess;
+  }
+  if (!comm->blocking) {
+    struct papJob* job = NULL;
+    papcclResult_t res = papCalloc(&job, 1);
+    if (res != papcclSuccess) {
+      commTeardown(comm);
+      papCommFreeShell(comm);
+      return res;
+    }
+    job->kind = PAP_JOB_INIT;
+    job->id = commId;
+    *newcomm = comm;
+    return papProgressSubmit(comm, job);
+  }
+  papcclResult_t res = papCommInitRankInternal(comm, &commId);
+  if (res != papcclSuccess) {
+    papLogSetContext(-1, NULL, 0);
+    commTeardown(comm);
+    papCommFreeShell(comm);
+    return res;
+  }
+  papLogSetContext(-1, NULL, 0);
+  *newcomm = comm;
+  return papcclSuccess;
+}
+
+PAPCCL_API papcclResult_t papcclCommInitRank(papcclComm_t* comm, int nranks,
+                                             papcclUniqueId commId, int rank) {
+  return papcclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+struct initAllArg {
+  papcclComm_t* comm;
+  int nranks;
+  int rank;
+  papcclUniqueId id;
+  papcclResult_t res;
+};
+
+static void* initAllThread(void* p) {
+  struct initAllArg* a = (struct initAllArg*)p;
+  a->res = papcclCommInitRank(a->comm, a->nranks, a->id, a->rank);
+  return NULL;
+}
+
+PAPCCL_API papcclResult_t papcclCommInitAll(papcclComm_t* comms, int ndev, const int* devlist) {
+  papLogSetContext(-1, NULL, 0);
+  if (comms == NULL) {
+    PAP_WARN("papcclCommInitAll: comms is NULL");
+    return papcclInvalidArgument;
+  }
+  if (ndev < 1) {
+    PAP_WARN("papcclCommInitAll: ndev %d must be at least 1", ndev);
+    return papcclInvalidArgument;
+  }
+  if (devlist) {
+    for (int i = 0; i < ndev; i++) {
+      if (devlist[i] < 0) {
+        PAP_WARN("papcclCommInitAll: devlist[%d] = %d is not a device", i, devlist[i]);
+        return papcclInvalidArgument;
+      }
+    }
+  }
+  papcclUniqueId id;
+  PAP_CHECK(papcclGetUniqueId(&id));
+  struct initAllArg* args = NULL;
+  pthread_t* th = NULL;
+  papcclResult_t res = papcclSuccess;
+  PAP_CHECK(papCalloc(&args, (size_t)ndev));
+  PAP_CHECK_GOTO(papCalloc(&th, (size_t)ndev), res, out_args);
+  int started = 0;
+  for (int i = 0; i < ndev; i++) {
+    comms[i] = NULL;
+    args[i] = (struct initAllArg){&comms[i], ndev, i, id, papcclSuccess};
+    int err = pthread_create(&th[i], NULL, initAllThread, &args[i]);
+    if (err != 0) {
+      PAP_WARN("papcclCommInitAll: pthread_create failed: %s", strerror(err));
+      res = papcclSystemError;
+      break;
+    }
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < started && res == papcclSuccess; i++)
+    if (args[i].res != papcclSuccess) res = args[i].res;
+  if (res != papcclSuccess) {
+    for (int i = 0; i < ndev; i++) {
+      if (comms[i]) papcclCommAbort(comms[i]);
+      comms[i] = NULL;
+    }
+  } else {
+    for (int i = 0; i < ndev; i++) comms[i]->cudaDev = devlist ? devlist[i] : i;
+  }
+  free(th);
+out_args:
+  free(args);
+  return res;
+}
+
+/* Drains other threads' calls (the caller's own call is counted too). */
+static void waitCallsDrained(struct papComm* comm) {
+  while (atomic_load_explicit(&comm->activeCalls, memory_order_seq_cst) > 1) {
+    if (comm->tstate) comm->tops->wake(comm->tstate);
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+PAPCCL_API papcclResult_t papcclCommFinalize(papcclComm_t comm) {
+  PAP_CHECK(papCommEnter(comm, "papcclCommFinalize"));
+  papcclResult_t res = papcclSuccess;
+  if (comm->finalized) goto out;
+  /* Wait for queued non-blocking work, then a barrier: every rank is done with the comm. */
+  while (atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  res = (papcclResult_t)atomic_load_explicit(&comm->asyncError, memory_order_acquire);
+  if (res != papcclSuccess) {
+    PAP_WARN("papcclCommFinalize: communicator has error %d (%s); destroy or abort it", res,
+             papcclGetErrorString(res));
+    goto out;
+  }
+  pthread_mutex_lock(&comm->progressLock);
+  res = papBootstrapBarrier(comm->bs);
+  pthread_mutex_unlock(&comm->progressLock);
+  if (res != papcclSuccess) papCommSetError(comm, res);
+  comm->finalized = 1;
+out:
+  papCommLeave(comm);
+  return res;
+}
+
+PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm) {
+  PAP_CHECK(papCommEnter(comm, "papcclCommDestroy"));
+  papcclResult_t res = papcclSuccess;
+  while (atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  /* Destroy is local, as NCCL's: programs that own several ranks destroy them one after the
+   * other from one thread, so a barrier here would deadlock them. papcclCommFinalize is the
+   * collective flush for those who want one. Nothing a peer does later can touch our memory:
+   * every message to us belonged to an operation we completed. */
+  /* Mark dead first so new calls fail, then wait for calls in flight. */
+  atomic_store_explicit((_Atomic uint64_t*)&comm->magic, PAP_COMM_DEAD, memory_order_seq_cst);
+  waitCallsDrained(comm);
+  papLogSetContext(-1, NULL, 0);
+  commTeardown(comm);
+  atomic_fetch_sub_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
+  papCommFreeShell(comm);
+  return res;
+}
+
+PAPCCL_API papcclResult_t papcclCommAbort(papcclComm_t comm) {
+  if (comm == NULL) return papcclSuccess; /* as NCCL */
+  PAP_CHECK(papCommEnter(comm, "papcclCommAbort"));
+  atomic_store_explicit(&comm->abortFlag, 1, memory_order_seq_cst);
+  atomic_store_explicit((_Atomic uint64_t*)&comm->magic, PAP_COMM_DEAD, memory_order_seq_cst);
+  papCommSetError(comm, papcclInvalidUsage);
+  waitCallsDrained(comm);
+  papLogSetContext(-1, NULL, 0);
+  commTeardown(comm);
+  atomic_fetch_sub_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
+  papCommFreeShell(comm);
+  return papcclSuccess;
+}
+
+PAPCCL_API papcclResult_t papcclCommGetAsyncError(papcclComm_t comm, papcclResult_t* asyncError) {
+  PAP_CHECK(papCommEnter(comm, "papcclCommGetAsyncError"));
+  papcclResult_t res = papcclSuccess;
+  if (asyncError == NULL) {
+    PAP_WARN("papcclCommGetAsyncError: asyncError is NULL");
+    res = papcclInvalidArgument;
+  } else {
+    int e = atomic_load_explicit(&comm->asyncError, memory_order_acquire);
+    if (e == papcclSuccess && atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0)
+      e = papcclInProgress;
+    *asyncError = (papcclResult_t)e;
+  }
+  papCommLeave(comm);
+  return res;
+}
+
+static papcclResult_t queryInt(papcclComm_t comm, int* out, const char* fn, int which) {
+  PAP_CHECK(papCommEnter(comm, fn));
+  papcclResult_t res = papcclSuccess;
+  if (out == NULL) {
+    PAP_WARN("%s: output pointer is NULL", fn);
+    res = papcclInvalidArgument;
+  } else {
+    *out = which == 0 ? comm->nranks : which == 1 ? comm->cudaDev : comm->rank;
+  }
+  papCommLeave(comm);
+  return res;
+}
+
+PAPCCL_API papcclResult_t papcclCommCount(const papcclComm_t comm, int* count) {
+  return queryInt(comm, count, "papcclCommCount", 0);
+}
+PAPCCL_API papcclResult_t papcclCommCuDevice(const papcclComm_t comm, int* device) {
+  return queryInt(comm, device, "papcclCommCuDevice", 1);
+}
+PAPCCL_API papcclResult_t papcclCommUserRank(const papcclComm_t comm, int* rank) {
+  return queryInt(comm, rank, "papcclCommUserRank", 2);
+}
+
+/* ---- Split ------------------------------------------------------------------------------ */
+
+struct splitInfo {
+  int32_t color;
+  int32_t key;
+  int32_t rank;
+  int32_t pad;
+};
+
+PAPCCL_API papcclResult_t papcclCommSplit(papcclComm_t comm, int color, int key,
+                                          papcclComm_t* newcomm, papcclConfig_t* config) {
+  const char* fn = "papcclCommSplit";
+  PAP_CHECK(papCommEnter(comm, fn));
+  papcclResult_t res = papcclSuccess;
+  struct splitInfo* infos = NULL;
+  struct papBootstrapAddr* addrs = NULL;
+  struct papBootstrapAddr* members = NULL;
+  struct papComm* child = NULL;
+  int n = comm->nranks;
+  if (newcomm == NULL) {
+    PAP_WARN("%s: newcomm is NULL", fn);
+    res = papcclInvalidArgument;
+    goto out;
+  }
+  *newcomm = NULL;
+  if (color < 0 && color != PAPCCL_SPLIT_NOCOLOR) {
+    PAP_WARN("%s: color %d must be >= 0 or PAPCCL_SPLIT_NOCOLOR", fn, color);
+    res = papcclInvalidArgument;
+    goto out;
+  }
+  if (config && config->magic != PAPCCL_CONFIG_MAGIC) {
+    PAP_WARN("%s: config->magic %#x is wrong: use PAPCCL_CONFIG_INITIALIZER", fn, config->magic);
+    res = papcclInvalidArgument;
+    goto out;
+  }
+  PAP_CHECK_GOTO(papCalloc(&infos, (size_t)n), res, out);
+  PAP_CHECK_GOTO(papCalloc(&addrs, (size_t)n), res, out);
+  infos[comm->rank] = (struct splitInfo){color, key, comm->rank, 0};
+  pthread_mutex_lock(&comm->progressLock);
+  res = papBootstrapAllGather(comm->bs, infos, sizeof(*infos));
+  pthread_mutex_unlock(&comm->progressLock);
+  if (res != papcclSuccess) goto out;
+  uint64_t splitNo = comm->splitCount++;
+  int newRank = 0, newN = 0;
+  if (color != PAPCCL_SPLIT_NOCOLOR) {
+    for (int r = 0; r < n; r++) {
+      if (infos[r].color != color) continue;
+      newN++;
+      if (infos[r].key < key || (infos[r].key == key && r < comm->rank)) newRank++;
+    }
+    PAP_CHECK_GOTO(papCommAllocShell(newRank, newN, config, &child), res, out);
+    unsigned char ckey[16];
+    uint64_t k0, k1;
+    memcpy(&k0, comm->key, 8);
+    memcpy(&k1, comm->key + 8, 8);
+    k0 = mix64(k0 ^ mix64(splitNo * 2 + 1));
+    k1 = mix64(k1 ^ mix64((uint64_t)(uint32_t)color + 0x1234567));
+    memcpy(ckey, &k0, 8);
+    memcpy(ckey + 8, &k1, 8);
+    PAP_CHECK_GOTO(papBootstrapCreate(newRank, newN, ckey, (const volatile int*)&child->abortFlag,
+                                      papParamTimeoutS(), &child->bs),
+                   res, out_child);
+    papBootstrapGetAddr(child->bs, &addrs[comm->rank]);
+  }
+  /* Every parent rank joins the address exchange, NOCOLOR ones with an empty slot. */
+  pthread_mutex_lock(&comm->progressLock);
+  res = papBootstrapAllGather(comm->bs, addrs, sizeof(*addrs));
+  pthread_mutex_unlock(&comm->progressLock);
+  if (res != papcclSuccess) goto out_child;
+  if (child) {
+    PAP_CHECK_GOTO(papCalloc(&members, (size_t)newN), res, out_child);
+    for (int r = 0; r < n; r++) {
+      if (infos[r].color != color) continue;
+      int pr = 0;
+      for (int q = 0; q < n; q++)
+        if (infos[q].color == color &&
+            (infos[q].key < infos[r].key || (infos[q].key == infos[r].key && q < r)))
+          pr++;
+      members[pr] = addrs[r];
+    }
+    papLogSetContext(child->rank, child->lastError, sizeof(child->lastError));
+    res = papBootstrapConnect(child->bs, members);
+    if (res == papcclSuccess) res = commSetup(child);
+    papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
+    if (res != papcclSuccess) goto out_child;
+    child->cudaDev = comm->cudaDev;
+    *newcomm = child;
+  }
+  goto out;
+out_child:
+  if (child) {
+    commTeardown(child);
+    papCommFreeShell(child);
+  }
+out:
+  free(members);
+  free(addrs);
+  free(infos);
+  papCommLeave(comm);
+  return res;
+}

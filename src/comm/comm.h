@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* struct papComm: the communicator, its lifecycle state and its progress engine. */
+#ifndef PAPCCL_COMM_COMM_H_
+#define PAPCCL_COMM_COMM_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "papccl.h"
+#include "proxy/engine.h"
+#include "transport/transport.h"
+
+#define PAP_COMM_MAGIC 0x706170636f6d6d31ull /* "papcomm1" */
+#define PAP_COMM_DEAD 0x64656164d4d4f43ull
+
+struct papBootstrap;
+struct papJob;
+
+/* Ops created by papcclRedOpCreatePreMulSum live in a small per-comm table. */
+#define PAP_MAX_USER_OPS 64
+struct papUserOp {
+  int inUse;
+  papcclDataType_t dtype;
+  unsigned char scalar[8];
+};
+
+/* The comm object is never freed while the process runs (a tombstone stays after destroy),
+ * so a call on a destroyed comm reads magic == PAP_COMM_DEAD instead of freed memory. The
+ * heavy parts hang off it and are freed at destroy. */
+struct papComm {
+  uint64_t magic;
+  int rank;
+  int nranks;
+  int cudaDev;
+  int blocking;
+  int finalized;
+  _Atomic int abortFlag;     /* written by abort (any thread); read by every wait */
+  _Atomic int activeCalls;   /* API calls inside the comm; destroy waits for 0 */
+  _Atomic int asyncError;    /* first error of the progress thread or a failed op */
+  _Atomic int pendingJobs;   /* queued non-blocking jobs; GetAsyncError says InProgress */
+  char lastError[512];
+
+  uint64_t collSeq; /* next collective sequence number (same on every rank) */
+  uint64_t* p2pSendCount; /* [nranks] messages sent to each peer (p2p tag matching) */
+  uint64_t* p2pRecvCount;
+  unsigned char key[16];
+  uint64_t splitCount;
+
+  struct papBootstrap* bs;
+  const struct papTransportOps* tops;
+  void* tstate;
+  struct papConn** conns; /* [nranks] */
+  int* pids;
+  uint64_t* hostIds;
+
+  struct papEngine engine; /* the plan being executed; owned by the progress-lock holder */
+  pthread_mutex_t progressLock;
+
+  struct papUserOp userOps[PAP_MAX_USER_OPS];
+  pthread_mutex_t userOpLock;
+
+  /* progress thread and its job queue (non-blocking comms) */
+  pthread_t thread;
+  int threadStarted;
+  pthread_mutex_t jobLock;
+  struct papJob* jobHead;
+  struct papJob* jobTail;
+  _Atomic uint32_t threadBell; /* futex word for the idle progress thread */
+  int threadStop;
+
+  struct papComm* tombNext;
+  uint64_t magicTail;
+};
+
+/* API-edge entry/exit: validates comm (not NULL, alive, not aborted), counts the call and
+ * routes WARN text into comm->lastError. */
+papcclResult_t papCommEnter(struct papComm* comm, const char* fn);
+void papCommLeave(struct papComm* comm);
+
+/* Initializes a blocking or non-blocking comm shell; used by init and split. */
+papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueId* id);
+papcclResult_t papCommAllocShell(int rank, int nranks, const papcclConfig_t* config,
+                                 struct papComm** commOut);
+void papCommFreeShell(struct papComm* comm);
+
+/* Progress thread (src/proxy/progress.c). */
+struct papJob {
+  struct papJob* next;
+  int kind; /* PAP_JOB_INIT or PAP_JOB_OPS */
+  papcclUniqueId id;
+  int nops;
+  struct papOpDesc* ops;
+};
+enum { PAP_JOB_INIT = 1, PAP_JOB_OPS = 2 };
+papcclResult_t papProgressStart(struct papComm* comm);
+papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job);
+void papProgressStop(struct papComm* comm);
+
+/* Records the first asynchronous error. */
+static inline void papCommSetError(struct papComm* comm, papcclResult_t res) {
+  int expected = papcclSuccess;
+  atomic_compare_exchange_strong(&comm->asyncError, &expected, (int)res);
+}
+
+#endif /* PAPCCL_COMM_COMM_H_ */

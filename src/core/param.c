@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Parameter registry: each value read from the environment once, non-defaults logged. */
+#include "param.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "log.h"
+
+static pthread_mutex_t paramLock = PTHREAD_MUTEX_INITIALIZER;
+
+static int64_t readInt(const char* env, int64_t def) {
+  const char* s = getenv(env);
+  if (s == NULL || *s == '\0') return def;
+  char* end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 0);
+  if (errno != 0 || end == s || *end != '\0') {
+    PAP_WARN("invalid value '%s' for %s, using the default %lld", s, env, (long long)def);
+    return def;
+  }
+  PAP_INFO(PAP_LOG_ENV, "%s set to %lld", env, v);
+  return v;
+}
+
+static const char* readStr(const char* env, const char* def) {
+  const char* s = getenv(env);
+  if (s == NULL || *s == '\0') return def;
+  PAP_INFO(PAP_LOG_ENV, "%s set to %s", env, s);
+  return s;
+}
+
+#define PAP_PARAM_DEF_INT(getter, env, def, doc)         \
+  static int getter##Valid;                              \
+  static int64_t getter##Value;                          \
+  int64_t papParam##getter(void) {                       \
+    if (__atomic_load_n(&getter##Valid, __ATOMIC_ACQUIRE)) return getter##Value; \
+    pthread_mutex_lock(&paramLock);                      \
+    if (!getter##Valid) {                                \
+      getter##Value = readInt(env, def);                 \
+      __atomic_store_n(&getter##Valid, 1, __ATOMIC_RELEASE); \
+    }                                                    \
+    pthread_mutex_unlock(&paramLock);                    \
+    return getter##Value;                                \
+  }
+#define PAP_PARAM_DEF_STR(getter, env, def, doc)         \
+  static int getter##Valid;                              \
+  static const char* getter##Value;                      \
+  const char* papParam##getter(void) {                   \
+    if (__atomic_load_n(&getter##Valid, __ATOMIC_ACQUIRE)) return getter##Value; \
+    pthread_mutex_lock(&paramLock);                      \
+    if (!getter##Valid) {                                \
+      getter##Value = readStr(env, def);                 \
+      __atomic_store_n(&getter##Valid, 1, __ATOMIC_RELEASE); \
+    }                                                    \
+    pthread_mutex_unlock(&paramLock);                    \
+    return getter##Value;                                \
+  }
+PAP_PARAM_INT_LIST(PAP_PARAM_DEF_INT)
+PAP_PARAM_STR_LIST(PAP_PARAM_DEF_STR)
+
+#define PAP_PARAM_RESET(getter, env, def, doc) __atomic_store_n(&getter##Valid, 0, __ATOMIC_RELEASE);
+void papParamReset(void) {
+  pthread_mutex_lock(&paramLock);
+  PAP_PARAM_INT_LIST(PAP_PARAM_RESET)
+  PAP_PARAM_STR_LIST(PAP_PARAM_RESET)
+  pthread_mutex_unlock(&paramLock);
+}

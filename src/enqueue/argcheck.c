@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Argument validation at the API edge: every failure names the call and the argument. */
+#include <stdint.h>
+#include <string.h>
+
+#include "enqueue/enqueue.h"
+#include "check.h"
+#include "kernels/kernels.h"
+#include "log.h"
+
+papcclResult_t papArgCheckType(const char* fn, papcclDataType_t dtype) {
+  if ((int)dtype < 0 || (int)dtype >= papcclNumTypes) {
+    PAP_WARN("%s: invalid datatype %d (valid: 0..%d)", fn, (int)dtype, papcclNumTypes - 1);
+    return papcclInvalidArgument;
+  }
+  return papcclSuccess;
+}
+
+papcclResult_t papArgCheckOp(struct papComm* comm, const char* fn, papcclRedOp_t op,
+                             papcclDataType_t dtype, struct papOpDesc* d) {
+  d->op = op;
+  d->avg = 0;
+  d->preMul = 0;
+  switch ((int)op) {
+  case papcclSum:
+    d->red = PAP_RED_SUM;
+    return papcclSuccess;
+  case papcclProd:
+    d->red = PAP_RED_PROD;
+    return papcclSuccess;
+  case papcclMax:
+    d->red = PAP_RED_MAX;
+    return papcclSuccess;
+  case papcclMin:
+    d->red = PAP_RED_MIN;
+    return papcclSuccess;
+  case papcclAvg:
+    d->red = PAP_RED_SUM;
+    d->avg = 1;
+    return papcclSuccess;
+  default:
+    break;
+  }
+  int idx = (int)op - papcclNumOps;
+  if (idx < 0 || idx >= PAP_MAX_USER_OPS) {
+    PAP_WARN("%s: invalid reduction op %d", fn, (int)op);
+    return papcclInvalidArgument;
+  }
+  pthread_mutex_lock(&comm->userOpLock);
+  struct papUserOp u = comm->userOps[idx];
+  pthread_mutex_unlock(&comm->userOpLock);
+  if (!u.inUse) {
+    PAP_WARN("%s: reduction op %d was not created on this communicator or was destroyed", fn,
+             (int)op);
+    return papcclInvalidArgument;
+  }
+  if (u.dtype != dtype) {
+    PAP_WARN("%s: reduction op %d was created for datatype %d, used with datatype %d", fn,
+             (int)op, (int)u.dtype, (int)dtype);
+    return papcclInvalidArgument;
+  }
+  d->red = PAP_RED_SUM;
+  d->preMul = 1;
+  memcpy(d->scalar, u.scalar, sizeof(d->scalar));
+  return papcclSuccess;
+}
+
+papcclResult_t papArgCheckBuf(const char* fn, const char* what, const void* buf, size_t count,
+                              papcclDataType_t dtype, size_t mult) {
+  size_t esz = papKernTypeSize(dtype);
+  if (count == 0) return papcclSuccess;
+  if (mult == 0) mult = 1;
+  if (count > SIZE_MAX / esz / mult || count * esz * mult > (size_t)INT64_MAX) {
+    PAP_WARN("%s: count %zu of %zu-byte elements (x%zu) overflows the address space", fn, count,
+             esz, mult);
+    return papcclInvalidArgument;
+  }
+  if (buf == NULL) {
+    PAP_WARN("%s: %s is NULL with count %zu", fn, what, count);
+    return papcclInvalidArgument;
+  }
+  return papcclSuccess;
+}
+
+papcclResult_t papArgCheckRank(struct papComm* comm, const char* fn, const char* what, int r) {
+  if (r < 0 || r >= comm->nranks) {
+    PAP_WARN("%s: %s %d is out of range (communicator has %d ranks)", fn, what, r, comm->nranks);
+    return papcclInvalidArgument;
+  }
+  return papcclSuccess;
+}

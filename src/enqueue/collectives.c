@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The public collective and point-to-point entry points: validate, describe, enqueue. */
+#include <string.h>
+
+#include "check.h"
+#include "enqueue/enqueue.h"
+#include "log.h"
+
+#define NR ((size_t)-1) /* "nranks times count" */
+
+/* Common checks and submission. sendMult/recvMult: buffer sizes in units of count (0: the
+ * buffer is not used, NR: nranks * count). */
+static papcclResult_t collCommon(struct papOpDesc* d, const char* fn, int reduces,
+                                 papcclRedOp_t op, size_t sendMult, size_t recvMult,
+                                 int sendOnRootOnly, int recvOnRootOnly) {
+  struct papComm* comm = d->comm;
+  PAP_CHECK(papCommEnter(comm, fn));
+  papcclResult_t res = papcclSuccess;
+  if (!comm->tstate && comm->nranks > 0 && atomic_load(&comm->pendingJobs) > 0) {
+    PAP_WARN("%s: communicator is still initializing (non-blocking init): poll "
+             "papcclCommGetAsyncError until it returns papcclSuccess", fn);
+    res = papcclInvalidUsage;
+    goto out;
+  }
+  if (comm->finalized) {
+    PAP_WARN("%s: communicator was finalized", fn);
+    res = papcclInvalidUsage;
+    goto out;
+  }
+  PAP_CHECK_GOTO(papArgCheckType(fn, d->dtype), res, out);
+  if (reduces) PAP_CHECK_GOTO(papArgCheckOp(comm, fn, op, d->dtype, d), res, out);
+  int needsRoot = d->coll == PAP_COLL_BROADCAST || d->coll == PAP_COLL_REDUCE ||
+                  d->coll == PAP_COLL_GATHER || d->coll == PAP_COLL_SCATTER;
+  int isP2p = d->coll == PAP_COLL_SEND || d->coll == PAP_COLL_RECV;
+  if (needsRoot) PAP_CHECK_GOTO(papArgCheckRank(comm, fn, "root", d->root), res, out);
+  if (isP2p) PAP_CHECK_GOTO(papArgCheckRank(comm, fn, "peer", d->root), res, out);
+  int isRoot = comm->rank == d->root;
+  if (sendMult == NR) sendMult = (size_t)comm->nranks;
+  if (recvMult == NR) recvMult = (size_t)comm->nranks;
+  if (sendMult && (!sendOnRootOnly || isRoot))
+    PAP_CHECK_GOTO(papArgCheckBuf(fn, "sendbuff", d->sendbuff, d->count, d->dtype, sendMult), res,
+                   out);
+  if (recvMult && (!recvOnRootOnly || isRoot))
+    PAP_CHECK_GOTO(papArgCheckBuf(fn, "recvbuff", d->recvbuff, d->count, d->dtype, recvMult), res,
+                   out);
+  res = papEnqueue(d);
+out:
+  papCommLeave(comm);
+  return res;
+}
+
+static void describe(struct papOpDesc* d, papcclComm_t comm, int coll, const void* sendbuff,
+                     void* recvbuff, size_t count, papcclDataType_t dtype, int root) {
+  memset(d, 0, sizeof(*d));
+  d->comm = comm;
+  d->coll = coll;
+  d->sendbuff = sendbuff;
+  d->recvbuff = recvbuff;
+  d->count = count;
+  d->dtype = dtype;
+  d->root = root;
+}
+
+PAPCCL_API papcclResult_t papcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                          papcclDataType_t datatype, papcclRedOp_t op,
+                                          papcclComm_t comm, papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, 0);
+  return collCommon(&d, "papcclAllReduce", 1, op, 1, 1, 0, 0);
+}
+
+PAPCCL_API papcclResult_t papcclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                          papcclDataType_t datatype, int root,
+                                          papcclComm_t comm, papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, root);
+  return collCommon(&d, "papcclBroadcast", 0, papcclSum, 1, 1, 1, 0);
+}
+
+PAPCCL_API papcclResult_t papcclBcast(void* buff, size_t count, papcclDataType_t datatype,
+                                      int root, papcclComm_t comm, papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_BROADCAST, buff, buff, count, datatype, root);
+  return collCommon(&d, "papcclBcast", 0, papcclSum, 1, 1, 1, 0);
+}
+
+PAPCCL_API papcclResult_t papcclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                       papcclDataType_t datatype, papcclRedOp_t op, int root,
+                                       papcclComm_t comm, papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_REDUCE, sendbuff, recvbuff, count, datatype, root);
+  return collCommon(&d, "papcclReduce", 1, op, 1, 1, 0, 1);
+}
+
+PAPCCL_API papcclResult_t papcclAllGather(const void* sendbuff, void* recvbuff,
+                                          size_t sendcount, papcclDataType_t datatype,
+                                          papcclComm_t comm, papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, 0);
+  return collCommon(&d, "papcclAllGather", 0, papcclSum, 1, NR, 0, 0);
+}
+
+PAPCCL_API papcclResult_t papcclReduceScatter(const void* sendbuff, void* recvbuff,
+                                              size_t recvcount, papcclDataType_t datatype,
+                                              papcclRedOp_t op, papcclComm_t comm,
+                                              papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, 0);
+  return collCommon(&d, "papcclReduceScatter", 1, op, NR, 1, 0, 0);
+}
+
+PAPCCL_API papcclResult_t papcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                         papcclDataType_t datatype, papcclComm_t comm,
+                                         papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, 0);
+  return collCommon(&d, "papcclAlltoAll", 0, papcclSum, NR, NR, 0, 0);
+}
+
+PAPCCL_API papcclResult_t papcclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                       papcclDataType_t datatype, int root, papcclComm_t comm,
+                                       papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_GATHER, sendbuff, recvbuff, sendcount, datatype, root);
+  return collCommon(&d, "papcclGather", 0, papcclSum, 1, NR, 0, 1);
+}
+
+PAPCCL_API papcclResult_t papcclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        papcclDataType_t datatype, int root, papcclComm_t comm,
+                                        papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_SCATTER, sendbuff, recvbuff, recvcount, datatype, root);
+  return collCommon(&d, "papcclScatter", 0, papcclSum, NR, 1, 1, 0);
+}
+
+PAPCCL_API papcclResult_t papcclSend(const void* sendbuff, size_t count,
+                                     papcclDataType_t datatype, int peer, papcclComm_t comm,
+                                     papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_SEND, sendbuff, NULL, count, datatype, peer);
+  return collCommon(&d, "papcclSend", 0, papcclSum, 1, 0, 0, 0);
+}
+
+PAPCCL_API papcclResult_t papcclRecv(void* recvbuff, size_t count, papcclDataType_t datatype,
+                                     int peer, papcclComm_t comm, papcclStream_t stream) {
+  (void)stream;
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_RECV, NULL, recvbuff, count, datatype, peer);
+  return collCommon(&d, "papcclRecv", 0, papcclSum, 0, 1, 0, 0);
+}

@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Submission and execution: plans for every comm of a batch, driven together, then the
+ * per-op epilogue (average division, scratch release). */
+#include "enqueue/enqueue.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "alloc.h"
+#include "check.h"
+#include "futex.h"
+#include "kernels/kernels.h"
+#include "log.h"
+#include "param.h"
+
+static size_t inputBytes(const struct papOpDesc* op, int nranks) {
+  size_t esz = papKernTypeSize(op->dtype);
+  switch (op->coll) {
+  case PAP_COLL_REDUCESCATTER:
+    return op->count * esz * (size_t)nranks;
+  default:
+    return op->count * esz;
+  }
+}
+
+/* Pre-multiplied sum: scale the input once into a private buffer, then run a plain sum. */
+static papcclResult_t prepareOp(struct papOpDesc* op) {
+  if (!op->preMul) return papcclSuccess;
+  size_t bytes = inputBytes(op, op->comm->nranks);
+  if (bytes == 0) return papcclSuccess;
+  PAP_CHECK(papAlignedAlloc(&op->tmp, bytes, "pre-multiplied input"));
+  papKernHostScale(op->tmp, op->sendbuff, bytes / papKernTypeSize(op->dtype), op->dtype,
+                   op->scalar);
+  op->sendbuff = op->tmp;
+  return papcclSuccess;
+}
+
+static void finishOp(struct papOpDesc* op, papcclResult_t res) {
+  if (res == papcclSuccess && op->avg && op->count) {
+    struct papComm* comm = op->comm;
+    int apply = op->coll != PAP_COLL_REDUCE || comm->rank == op->root;
+    if (apply)
+      papKernHostDivide(op->recvbuff, op->recvbuff, op->count, op->dtype, comm->nranks);
+  }
+  free(op->tmp);
+  op->tmp = NULL;
+}
+
+/* Sends and receives to self inside one batch pair up in order as local copies. */
+static papcclResult_t planSelfP2p(struct papEngine* e, struct papOpDesc* ops, int nops,
+                                  struct papComm* comm) {
+  int si = 0, ri = 0;
+  for (;;) {
+    while (si < nops && !(ops[si].comm == comm && ops[si].coll == PAP_COLL_SEND &&
+                          ops[si].root == comm->rank))
+      si++;
+    while (ri < nops && !(ops[ri].comm == comm && ops[ri].coll == PAP_COLL_RECV &&
+                          ops[ri].root == comm->rank))
+      ri++;
+    if (si == nops && ri == nops) return papcclSuccess;
+    if (si == nops || ri == nops) {
+      PAP_WARN("%s to self without a matching %s from self in the same group",
+               si < nops ? "papcclSend" : "papcclRecv", si < nops ? "papcclRecv" : "papcclSend");
+      return papcclInvalidUsage;
+    }
+    size_t sb = ops[si].count * papKernTypeSize(ops[si].dtype);
+    size_t rb = ops[ri].count * papKernTypeSize(ops[ri].dtype);
+    if (sb != rb) {
+      PAP_WARN("papcclSend to self of %zu bytes matched with papcclRecv of %zu bytes", sb, rb);
+      return papcclInvalidUsage;
+    }
+    if (sb && papPlanCopy(e, ops[ri].recvbuff, ops[si].sendbuff, sb, -1, -1) < 0)
+      return papcclSystemError;
+    si++;
+    ri++;
+  }
+}
+
+static int isSelfP2p(const struct papOpDesc* op) {
+  return (op->coll == PAP_COLL_SEND || op->coll == PAP_COLL_RECV) && op->root == op->comm->rank;
+}
+
+/* Builds comm's plan from its ops in the batch: collectives in call order, then p2p in call
+ * order, so every rank puts messages on each queue in the same order whatever the
+ * interleaving of collectives and p2p calls inside a group. */
+static papcclResult_t buildPlan(struct papComm* comm, struct papOpDesc* ops, int nops) {
+  struct papEngine* e = &comm->engine;
+  papPlanReset(e);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < nops; i++) {
+      struct papOpDesc* op = &ops[i];
+      if (op->comm != comm) continue;
+      int p2p = op->coll == PAP_COLL_SEND || op->coll == PAP_COLL_RECV;
+      if (p2p != pass || isSelfP2p(op) || op->count == 0) continue;
+      PAP_CHECK(papAlgoPlan(e, op));
+    }
+  }
+  PAP_CHECK(planSelfP2p(e, ops, nops, comm));
+  if (papPlanFailed(e)) return papcclSystemError;
+  return papcclSuccess;
+}
+
+/* Drives the engines of comms[] until all plans are done, an error, abort or the deadline.
+ * Spins PAPCCL_SPIN_US after the last progress (yielding the core), then sleeps on the
+ * transport's doorbell; with several comms it sleeps in short slices instead. */
+static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
+  uint64_t now = papNowNs();
+  uint64_t timeoutNs = (uint64_t)papParamTimeoutS() * 1000000000ull;
+  uint64_t deadline = now + timeoutNs;
+  uint64_t spinNs = (uint64_t)papParamSpinUs() * 1000ull;
+  uint64_t spinUntil = now + spinNs;
+  uint64_t nextHealth = now + 100000000ull;
+  unsigned polls = 0;
+  for (;;) {
+    int progressed = 0, alldone = 1;
+    for (int c = 0; c < ncomms; c++) {
+      struct papEngine* e = &comms[c]->engine;
+      if (papEngineDone(e)) continue;
+      int p = 0;
+      PAP_CHECK(papEngineProgress(e, &p));
+      progressed |= p;
+      if (!papEngineDone(e)) alldone = 0;
+    }
+    if (alldone) return papcclSuccess;
+    for (int c = 0; c < ncomms; c++) {
+      if (atomic_load_explicit(&comms[c]->abortFlag, memory_order_acquire)) {
+        PAP_WARN("operation cancelled: communicator (rank %d) was aborted", comms[c]->rank);
+        return papcclInvalidUsage;
+      }
+    }
+    if (progressed) {
+      polls = 0;
+      spinUntil = 0; /* recomputed lazily below: avoid a clock read per pass */
+      continue;
+    }
+    if (spinUntil == 0) spinUntil = papNowNs() + spinNs;
+    if ((++polls & 63) != 0) continue; /* cheap polls first: a peer is usually about to act */
+    now = papNowNs();
+    if (now >= nextHealth) {
+      nextHealth = now + 100000000ull;
+      for (int c = 0; c < ncomms; c++) PAP_CHECK(comms[c]->tops->progress(comms[c]->tstate));
+    }
+    if (now >= deadline) {
+      PAP_WARN("operation timed out after %lld s (PAPCCL_TIMEOUT_S): a peer is dead or did not "
+               "call the same operation", (long long)papParamTimeoutS());
+      return papcclRemoteError;
+    }
+    if (now < spinUntil) {
+      sched_yield();
+      continue;
+    }
+    /* Sleep. The token is taken before the last check, so a wakeup cannot be lost. */
+    struct papComm* c0 = comms[0];
+    uint32_t tok = c0->tops->waitToken(c0->tstate);
+    int p = 0;
+    for (int c = 0; c < ncomms && !p; c++) {
+      if (papEngineDone(&comms[c]->engine)) continue;
+      papcclResult_t res = papEngineProgress(&comms[c]->engine, &p);
+      if (res != papcclSuccess) {
+        c0->tops->wait(c0->tstate, tok, 0);
+        return res;
+      }
+    }
+    int64_t slice = ncomms == 1 ? 100000000 : 200000;
+    if (p) slice = 0;
+    if ((int64_t)(deadline - now) < slice) slice = (int64_t)(deadline - now);
+    c0->tops->wait(c0->tstate, tok, slice);
+    spinUntil = papNowNs() + spinNs / 4; /* a short spin after each wakeup */
+  }
+}
+
+papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
+  papcclResult_t res = papcclSuccess;
+  struct papComm* stackComms[8];
+  struct papComm** comms = stackComms;
+  int ncomms = 0, cap = 8;
+  for (int i = 0; i < nops; i++) {
+    int found = 0;
+    for (int c = 0; c < ncomms; c++) found |= comms[c] == ops[i].comm;
+    if (found) continue;
+    if (ncomms == cap) {
+      struct papComm** nc = (struct papComm**)malloc(sizeof(*nc) * (size_t)cap * 2);
+      if (nc == NULL) {
+        PAP_WARN("out of memory for a group of %d communicators", ncomms + 1);
+        if (comms != stackComms) free(comms);
+        return papcclSystemError;
+      }
+      memcpy(nc, comms, sizeof(*nc) * (size_t)ncomms);
+      if (comms != stackComms) free(comms);
+      comms = nc;
+      cap *= 2;
+    }
+    comms[ncomms++] = ops[i].comm;
+  }
+  int locked = 0;
+  for (int c = 0; c < ncomms; c++, locked++) pthread_mutex_lock(&comms[c]->progressLock);
+  for (int i = 0; i < nops; i++) PAP_CHECK_GOTO(prepareOp(&ops[i]), res, out);
+  for (int c = 0; c < ncomms; c++) {
+    int err = atomic_load_explicit(&comms[c]->asyncError, memory_order_acquire);
+    if (err != papcclSuccess && err != papcclInProgress) {
+      PAP_WARN("communicator (rank %d) has a pending error %d (%s); abort or destroy it",
+               comms[c]->rank, err, papcclGetErrorString((papcclResult_t)err));
+      res = (papcclResult_t)err;
+      goto out;
+    }
+    PAP_CHECK_GOTO(buildPlan(comms[c], ops, nops), res, out);
+  }
+  res = driveAll(comms, ncomms);
+  if (res != papcclSuccess) {
+    /* The queues now hold a partial exchange: the comm cannot be used again. */
+    for (int c = 0; c < ncomms; c++) {
+      if (!papEngineDone(&comms[c]->engine)) papCommSetError(comms[c], res);
+      papPlanReset(&comms[c]->engine);
+    }
+  }
+out:
+  for (int i = 0; i < nops; i++) finishOp(&ops[i], res);
+  for (int c = 0; c < locked; c++) pthread_mutex_unlock(&comms[c]->progressLock);
+  if (comms != stackComms) free(comms);
+  return res;
+}
+
+papcclResult_t papEnqueue(struct papOpDesc* op) {
+  struct papComm* comm = op->comm;
+  if (op->coll == PAP_COLL_SEND) op->seq = comm->p2pSendCount[op->root]++ | (1ull << 31);
+  else if (op->coll == PAP_COLL_RECV) op->seq = comm->p2pRecvCount[op->root]++ | (1ull << 31);
+  else op->seq = comm->collSeq++ & 0x7fffffffull;
+  if (papGroupDepth() > 0) return papGroupAddOp(op);
+  if (!comm->blocking) {
+    struct papJob* job = NULL;
+    PAP_CHECK(papCalloc(&job, 1));
+    if (papCalloc(&job->ops, 1) != papcclSuccess) {
+      free(job);
+      return papcclSystemError;
+    }
+    job->kind = PAP_JOB_OPS;
+    job->nops = 1;
+    job->ops[0] = *op;
+    return papProgressSubmit(comm, job);
+  }
+  return papRunOps(op, 1);
+}

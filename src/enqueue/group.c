@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Groups: thread-local nesting; calls inside are collected and run at the outermost end. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "check.h"
+#include "enqueue/enqueue.h"
+#include "log.h"
+
+struct groupInit {
+  struct papComm* comm;
+  papcclUniqueId id;
+  papcclResult_t res;
+};
+
+static __thread int groupDepth;
+static __thread struct papOpDesc* groupOps;
+static __thread int groupNops;
+static __thread int groupOpsCap;
+static __thread struct groupInit* groupInits;
+static __thread int groupNinits;
+static __thread int groupInitsCap;
+
+int papGroupDepth(void) {
+  return groupDepth;
+}
+
+papcclResult_t papGroupAddOp(const struct papOpDesc* op) {
+  if (groupNops == groupOpsCap) {
+    int ncap = groupOpsCap ? groupOpsCap * 2 : 16;
+    struct papOpDesc* n = (struct papOpDesc*)realloc(groupOps, sizeof(*n) * (size_t)ncap);
+    if (n == NULL) {
+      PAP_WARN("out of memory recording operation %d of a group", groupNops + 1);
+      return papcclSystemError;
+    }
+    groupOps = n;
+    groupOpsCap = ncap;
+  }
+  groupOps[groupNops++] = *op;
+  return papcclSuccess;
+}
+
+papcclResult_t papGroupAddInit(struct papComm* comm, const papcclUniqueId* id) {
+  if (groupNinits == groupInitsCap) {
+    int ncap = groupInitsCap ? groupInitsCap * 2 : 8;
+    struct groupInit* n = (struct groupInit*)realloc(groupInits, sizeof(*n) * (size_t)ncap);
+    if (n == NULL) {
+      PAP_WARN("out of memory recording a grouped init");
+      return papcclSystemError;
+    }
+    groupInits = n;
+    groupInitsCap = ncap;
+  }
+  groupInits[groupNinits].comm = comm;
+  groupInits[groupNinits].id = *id;
+  groupInits[groupNinits].res = papcclSuccess;
+  groupNinits++;
+  return papcclSuccess;
+}
+
+PAPCCL_API papcclResult_t papcclGroupStart(void) {
+  groupDepth++;
+  return papcclSuccess;
+}
+
+static void* groupInitThread(void* arg) {
+  struct groupInit* gi = (struct groupInit*)arg;
+  gi->res = papCommInitRankInternal(gi->comm, &gi->id);
+  papLogSetContext(-1, NULL, 0);
+  return NULL;
+}
+
+/* Grouped inits of several ranks from one thread must rendezvous together: one thread each. */
+static papcclResult_t runInits(struct groupInit* inits, int n) {
+  papcclResult_t res = papcclSuccess;
+  if (n == 1) {
+    groupInitThread(&inits[0]);
+    return inits[0].res;
+  }
+  pthread_t* th = (pthread_t*)calloc((size_t)n, sizeof(*th));
+  if (th == NULL) {
+    PAP_WARN("out of memory starting %d grouped inits", n);
+    return papcclSystemError;
+  }
+  int started = 0;
+  for (int i = 0; i < n; i++) {
+    if (pthread_create(&th[i], NULL, groupInitThread, &inits[i]) != 0) {
+      PAP_WARN("pthread_create failed for grouped init %d", i);
+      inits[i].res = papcclSystemError;
+      break;
+    }
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  free(th);
+  for (int i = 0; i < n; i++)
+    if (inits[i].res != papcclSuccess && res == papcclSuccess) res = inits[i].res;
+  return res;
+}
+
+/* Non-blocking comms get one job each (their ops in call order) on their progress thread;
+ * the blocking ones run here, together, in call order. */
+static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
+  papcclResult_t res = papcclSuccess;
+  int nblocking = 0;
+  int inProgress = 0;
+  for (int i = 0; i < nops; i++) {
+    struct papComm* comm = ops[i].comm;
+    if (comm->blocking) continue;
+    int seen = 0;
+    for (int j = 0; j < i; j++) seen |= ops[j].comm == comm;
+    if (seen) continue;
+    struct papJob* job = NULL;
+    PAP_CHECK(papCalloc(&job, 1));
+    int cnt = 0;
+    for (int j = i; j < nops; j++) cnt += ops[j].comm == comm;
+    if (papCalloc(&job->ops, (size_t)cnt) != papcclSuccess) {
+      free(job);
+      return papcclSystemError;
+    }
+    for (int j = i; j < nops; j++)
+      if (ops[j].comm == comm) job->ops[job->nops++] = ops[j];
+    job->kind = PAP_JOB_OPS;
+    papProgressSubmit(comm, job);
+    inProgress = 1;
+  }
+  for (int i = 0; i < nops; i++) /* stable compaction of the blocking ones */
+    if (ops[i].comm->blocking) ops[nblocking++] = ops[i];
+  if (nblocking) res = papRunOps(ops, nblocking);
+  if (res == papcclSuccess && inProgress) res = papcclInProgress;
+  return res;
+}
+
+PAPCCL_API papcclResult_t papcclGroupEnd(void) {
+  if (groupDepth == 0) {
+    papLogSetContext(-1, NULL, 0);
+    PAP_WARN("papcclGroupEnd: no matching papcclGroupStart");
+    return papcclInvalidUsage;
+  }
+  if (--groupDepth > 0) return papcclSuccess;
+  papcclResult_t res = papcclSuccess;
+  struct groupInit* inits = groupInits;
+  int ninits = groupNinits;
+  struct papOpDesc* ops = groupOps;
+  int nops = groupNops;
+  groupInits = NULL;
+  groupNinits = groupInitsCap = 0;
+  groupOps = NULL;
+  groupNops = groupOpsCap = 0;
+  if (ninits) res = runInits(inits, ninits);
+  free(inits);
+  if (nops && res == papcclSuccess) res = submitOps(ops, nops);
+  free(ops);
+  return res;
+}

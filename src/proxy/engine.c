@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Plan building and execution: chunk steps with dependencies over the transport. */
+#include "proxy/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "check.h"
+#include "log.h"
+#include "param.h"
+
+#define PLAN_FAILED_CAP (-1)
+
+papcclResult_t papEngineInit(struct papEngine* e, int rank, int nranks,
+                             const struct papTransportOps* tops, void* tstate,
+                             struct papConn** conns, const volatile int* abortFlag) {
+  memset(e, 0, sizeof(*e));
+  e->rank = rank;
+  e->nranks = nranks;
+  e->tops = tops;
+  e->tstate = tstate;
+  e->conns = conns;
+  e->abortFlag = abortFlag;
+  int64_t w = papParamPipelineDepth();
+  e->window = (int)(w < 8 ? 8 : w > 65536 ? 65536 : w);
+  PAP_CHECK(papCalloc(&e->lastSend, (size_t)nranks));
+  PAP_CHECK(papCalloc(&e->lastRecv, (size_t)nranks));
+  PAP_CHECK(papCalloc(&e->sendN, (size_t)nranks));
+  PAP_CHECK(papCalloc(&e->recvN, (size_t)nranks));
+  e->cap = 256;
+  PAP_CHECK(papCalloc(&e->steps, (size_t)e->cap));
+  papPlanReset(e);
+  return papcclSuccess;
+}
+
+void papEngineFree(struct papEngine* e) {
+  for (int i = 0; i < e->nscratch; i++) free(e->scratch[i].ptr);
+  free(e->scratch);
+  free(e->steps);
+  free(e->lastSend);
+  free(e->lastRecv);
+  free(e->sendN);
+  free(e->recvN);
+  memset(e, 0, sizeof(*e));
+}
+
+void papPlanReset(struct papEngine* e) {
+  e->nsteps = 0;
+  e->first = 0;
+  e->scratchUsed = 0;
+  for (int p = 0; p < e->nranks; p++) {
+    e->lastSend[p] = -1;
+    e->lastRecv[p] = -1;
+  }
+}
+
+void papPlanBeginOp(struct papEngine* e, uint64_t seq) {
+  e->curSeq = seq;
+  memset(e->sendN, 0, sizeof(uint32_t) * (size_t)e->nranks);
+  memset(e->recvN, 0, sizeof(uint32_t) * (size_t)e->nranks);
+}
+
+int papPlanFailed(const struct papEngine* e) {
+  return e->cap == PLAN_FAILED_CAP;
+}
+
+static struct papStep* newStep(struct papEngine* e, int kind, int dep0, int dep1, int* idxOut) {
+  if (e->cap == PLAN_FAILED_CAP) return NULL;
+  if (e->nsteps == e->cap) {
+    size_t ncap = (size_t)e->cap * 2;
+    struct papStep* s = (struct papStep*)realloc(e->steps, ncap * sizeof(*s));
+    if (s == NULL) {
+      PAP_WARN("out of memory growing a plan to %zu steps", ncap);
+      free(e->steps);
+      e->steps = NULL;
+      e->cap = PLAN_FAILED_CAP;
+      return NULL;
+    }
+    e->steps = s;
+    e->cap = (int)ncap;
+  }
+  int idx = e->nsteps++;
+  struct papStep* s = &e->steps[idx];
+  memset(s, 0, sizeof(*s));
+  s->kind = (uint8_t)kind;
+  s->dep[0] = dep0;
+  s->dep[1] = dep1;
+  s->prevQ = -1;
+  s->peer = -1;
+  *idxOut = idx;
+  return s;
+}
+
+int papPlanSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0,
+                int dep1) {
+  int idx;
+  struct papStep* s = newStep(e, PAP_STEP_SEND, dep0, dep1, &idx);
+  if (s == NULL) return -1;
+  s->peer = peer;
+  s->src = (const char*)src;
+  s->bytes = bytes;
+  s->tag = (e->curSeq << 32) | e->sendN[peer]++;
+  s->prevQ = e->lastSend[peer];
+  e->lastSend[peer] = idx;
+  return idx;
+}
+
+static int planRecvCommon(struct papEngine* e, int kind, int peer, void* dst, const void* src,
+                          size_t bytes, papcclDataType_t dtype,
+                          enum papRedKind red, int dep0, int dep1) {
+  int idx;
+  struct papStep* s = newStep(e, kind, dep0, dep1, &idx);
+  if (s == NULL) return -1;
+  s->peer = peer;
+  s->dst = (char*)dst;
+  s->src = (const char*)src;
+  s->bytes = bytes;
+  s->tag = (e->curSeq << 32) | e->recvN[peer]++;
+  s->dtype = (uint8_t)dtype;
+  s->red = (uint8_t)red;
+  s->prevQ = e->lastRecv[peer];
+  e->lastRecv[peer] = idx;
+  return idx;
+}
+
+int papPlanRecv(struct papEngine* e, int peer, void* dst, size_t bytes, int dep0, int dep1) {
+  return planRecvCommon(e, PAP_STEP_RECV, peer, dst, NULL, bytes, papcclInt8, PAP_RED_SUM, dep0,
+                        dep1);
+}
+
+int papPlanRecvReduce(struct papEngine* e, int peer, void* dst, const void* src, size_t bytes,
+                      papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
+  return planRecvCommon(e, PAP_STEP_RECV_REDUCE, peer, dst, src, bytes, dtype, red, dep0, dep1);
+}
+
+int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0,
+                int dep1) {
+  int idx;
+  struct papStep* s = newStep(e, PAP_STEP_COPY, dep0, dep1, &idx);
+  if (s == NULL) return -1;
+  s->dst = (char*)dst;
+  s->src = (const char*)src;
+  s->bytes = bytes;
+  return idx;
+}
+
+int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
+                  papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
+  int idx;
+  struct papStep* s = newStep(e, PAP_STEP_REDUCE, dep0, dep1, &idx);
+  if (s == NULL) return -1;
+  s->dst = (char*)dst;
+  s->src = (const char*)a;
+  s->src2 = (const char*)b;
+  s->bytes = bytes;
+  s->dtype = (uint8_t)dtype;
+  s->red = (uint8_t)red;
+  return idx;
+}
+
+papcclResult_t papPlanScratch(struct papEngine* e, size_t bytes, void** ptrOut) {
+  if (e->scratchUsed == e->nscratch) {
+    struct papScratch* ns =
+        (struct papScratch*)realloc(e->scratch, sizeof(*ns) * (size_t)(e->nscratch + 1));
+    if (ns == NULL) {
+      PAP_WARN("out of memory for the scratch table");
+      return papcclSystemError;
+    }
+    e->scratch = ns;
+    e->scratch[e->nscratch].ptr = NULL;
+    e->scratch[e->nscratch].bytes = 0;
+    e->nscratch++;
+  }
+  struct papScratch* sc = &e->scratch[e->scratchUsed];
+  if (sc->bytes < bytes) {
+    free(sc->ptr);
+    sc->ptr = NULL;
+    sc->bytes = 0;
+    PAP_CHECK(papAlignedAlloc(&sc->ptr, bytes, "collective scratch"));
+    sc->bytes = bytes;
+  }
+  e->scratchUsed++;
+  *ptrOut = sc->ptr;
+  return papcclSuccess;
+}
+
+/* The sink of a RECV_REDUCE step: reduce each piece as it leaves the transport. */
+static void reduceSink(void* arg, size_t off, const void* piece, size_t bytes) {
+  struct papStep* s = (struct papStep*)arg;
+  size_t esz = papKernTypeSize((papcclDataType_t)s->dtype);
+  papKernHostReduce(s->dst + off, s->src + off, piece, bytes / esz, (papcclDataType_t)s->dtype,
+                    (enum papRedKind)s->red);
+}
+
+static inline int depsDone(const struct papEngine* e, const struct papStep* s) {
+  for (int d = 0; d < 2; d++)
+    if (s->dep[d] >= 0 && e->steps[s->dep[d]].state != PAP_STEP_DONE) return 0;
+  if (s->prevQ >= 0 && e->steps[s->prevQ].state == PAP_STEP_IDLE) return 0;
+  return 1;
+}
+
+static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* progressed) {
+  size_t esz;
+  switch (s->kind) {
+  case PAP_STEP_SEND:
+    PAP_CHECK(e->tops->isend(e->conns[s->peer], s->src, s->bytes, PAP_MEM_HOST, s->tag, &s->req));
+    if (s->req) s->state = PAP_STEP_POSTED;
+    break;
+  case PAP_STEP_RECV:
+    PAP_CHECK(e->tops->irecv(e->conns[s->peer], s->dst, s->bytes, PAP_MEM_HOST, s->tag, NULL,
+                             &s->req));
+    if (s->req) s->state = PAP_STEP_POSTED;
+    break;
+  case PAP_STEP_RECV_REDUCE: {
+    struct papRecvSink sink = {reduceSink, s};
+    PAP_CHECK(e->tops->irecv(e->conns[s->peer], s->dst, s->bytes, PAP_MEM_HOST, s->tag, &sink,
+                             &s->req));
+    if (s->req) s->state = PAP_STEP_POSTED;
+    break;
+  }
+  case PAP_STEP_COPY:
+    if (s->dst != s->src && s->bytes) memcpy(s->dst, s->src, s->bytes);
+    s->state = PAP_STEP_DONE;
+    break;
+  case PAP_STEP_REDUCE:
+    esz = papKernTypeSize((papcclDataType_t)s->dtype);
+    papKernHostReduce(s->dst, s->src, s->src2, s->bytes / esz, (papcclDataType_t)s->dtype,
+                      (enum papRedKind)s->red);
+    s->state = PAP_STEP_DONE;
+    break;
+  default:
+    PAP_WARN("internal error: unknown plan step kind %d", s->kind);
+    return papcclInternalError;
+  }
+  if (s->state != PAP_STEP_IDLE) *progressed = 1;
+  return papcclSuccess;
+}
+
+papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
+  int progressed = 0;
+  int end = e->first + e->window;
+  if (end > e->nsteps) end = e->nsteps;
+  for (int i = e->first; i < end; i++) {
+    struct papStep* s = &e->steps[i];
+    if (s->state == PAP_STEP_IDLE) {
+      if (!depsDone(e, s)) continue;
+      PAP_CHECK(startStep(e, s, &progressed));
+    }
+    if (s->state == PAP_STEP_POSTED) {
+      int done = 0;
+      PAP_CHECK(e->tops->test(s->req, &done, NULL));
+      if (done) {
+        s->req = NULL;
+        s->state = PAP_STEP_DONE;
+        progressed = 1;
+      }
+    }
+    if (i == e->first && s->state == PAP_STEP_DONE) {
+      e->first++;
+      if (end < e->nsteps) end++;
+    }
+  }
+  *progressedOut = progressed;
+  return papcclSuccess;
+}

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The progress engine: operations become plans of chunk steps with dependencies, which the
+ * engine executes over the transport, posting whatever is ready, several chunks in flight. */
+#ifndef PAPCCL_PROXY_ENGINE_H_
+#define PAPCCL_PROXY_ENGINE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "papccl.h"
+#include "kernels/kernels.h"
+#include "transport/transport.h"
+
+enum papColl {
+  PAP_COLL_ALLREDUCE = 0,
+  PAP_COLL_BROADCAST,
+  PAP_COLL_REDUCE,
+  PAP_COLL_ALLGATHER,
+  PAP_COLL_REDUCESCATTER,
+  PAP_COLL_ALLTOALL,
+  PAP_COLL_GATHER,
+  PAP_COLL_SCATTER,
+  PAP_COLL_SEND,
+  PAP_COLL_RECV,
+  PAP_COLL_COUNT
+};
+
+/* One validated API call. */
+struct papOpDesc {
+  struct papComm* comm;
+  int coll;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  papcclDataType_t dtype;
+  papcclRedOp_t op;
+  enum papRedKind red; /* element-wise kernel op */
+  int avg;             /* divide by nranks at the end */
+  int preMul;          /* scale the input by scalar first */
+  unsigned char scalar[8];
+  int root;            /* or peer for send/recv */
+  uint64_t seq;        /* collective sequence number, or p2p message number */
+  void* tmp;           /* owned: scaled input for pre-multiplied sum */
+};
+
+enum papStepKind {
+  PAP_STEP_SEND = 1,
+  PAP_STEP_RECV,        /* copy the message into dst */
+  PAP_STEP_RECV_REDUCE, /* dst = src OP message, straight out of the transport buffers */
+  PAP_STEP_COPY,        /* dst = src */
+  PAP_STEP_REDUCE       /* dst = src OP src2 */
+};
+
+enum { PAP_STEP_IDLE = 0, PAP_STEP_POSTED = 1, PAP_STEP_DONE = 2 };
+
+struct papStep {
+  uint8_t kind;
+  uint8_t state;
+  uint8_t dtype;
+  uint8_t red;
+  int32_t peer;
+  int32_t dep[2];  /* steps that must be done first (-1: none) */
+  int32_t prevQ;   /* previous step on the same (peer, direction) queue: keeps FIFO order */
+  char* dst;
+  const char* src;
+  const char* src2;
+  size_t bytes;
+  uint64_t tag;
+  struct papReq* req;
+};
+
+struct papScratch {
+  void* ptr;
+  size_t bytes;
+};
+
+struct papEngine {
+  int rank;
+  int nranks;
+  const struct papTransportOps* tops;
+  void* tstate;
+  struct papConn** conns;
+  const volatile int* abortFlag;
+  struct papStep* steps;
+  int nsteps;
+  int cap;
+  int first;   /* every step before it is done */
+  int window;  /* steps scanned past `first` */
+  int32_t* lastSend; /* [nranks] during plan building */
+  int32_t* lastRecv;
+  uint32_t* sendN;   /* [nranks] messages to each peer in the current op (tags) */
+  uint32_t* recvN;
+  uint64_t curSeq;   /* sequence number of the op being planned */
+  struct papScratch* scratch; /* reused between plans, grown on demand */
+  int nscratch;
+  int scratchUsed;
+};
+
+papcclResult_t papEngineInit(struct papEngine* e, int rank, int nranks,
+                             const struct papTransportOps* tops, void* tstate,
+                             struct papConn** conns, const volatile int* abortFlag);
+void papEngineFree(struct papEngine* e);
+
+/* Plan building (algorithms call these). Each returns the step index, or -1 on failure
+ * (out of memory, logged); *errOut is set then. deps: -1 = none. */
+void papPlanReset(struct papEngine* e);
+/* Starts the steps of one op; message tags become (seq, n-th message on the queue), which
+ * both ends compute alike, so a plan mismatch between ranks is caught, not silently wrong. */
+void papPlanBeginOp(struct papEngine* e, uint64_t seq);
+int papPlanSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0,
+                int dep1);
+int papPlanRecv(struct papEngine* e, int peer, void* dst, size_t bytes, int dep0, int dep1);
+int papPlanRecvReduce(struct papEngine* e, int peer, void* dst, const void* src, size_t bytes,
+                      papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1);
+int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0,
+                int dep1);
+int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
+                  papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1);
+/* Scratch memory valid until the next papPlanReset. */
+papcclResult_t papPlanScratch(struct papEngine* e, size_t bytes, void** ptrOut);
+/* 1 if a plan-building call failed since papPlanReset. */
+int papPlanFailed(const struct papEngine* e);
+
+/* One pass over the window: posts ready steps, tests posted ones. */
+papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut);
+static inline int papEngineDone(const struct papEngine* e) {
+  return e->first >= e->nsteps;
+}
+
+#endif /* PAPCCL_PROXY_ENGINE_H_ */

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The per-communicator progress thread: runs queued jobs (non-blocking init and
+ * operations); sleeps on a futex when idle, so an idle comm costs no CPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "check.h"
+#include "enqueue/enqueue.h"
+#include "futex.h"
+#include "log.h"
+
+static void runJob(struct papComm* comm, struct papJob* job) {
+  papcclResult_t res;
+  if (job->kind == PAP_JOB_INIT) {
+    res = papCommInitRankInternal(comm, &job->id);
+  } else {
+    res = papRunOps(job->ops, job->nops);
+    if (res != papcclSuccess) papCommSetError(comm, res);
+  }
+  papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
+  free(job->ops);
+  free(job);
+}
+
+static void* progressMain(void* arg) {
+  struct papComm* comm = (struct papComm*)arg;
+  char name[16];
+  snprintf(name, sizeof(name), "papccl-prog-%d", comm->rank);
+  pthread_setname_np(pthread_self(), name);
+  papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
+  for (;;) {
+    uint32_t tok = atomic_load_explicit(&comm->threadBell, memory_order_acquire);
+    pthread_mutex_lock(&comm->jobLock);
+    struct papJob* job = comm->jobHead;
+    if (job) {
+      comm->jobHead = job->next;
+      if (comm->jobHead == NULL) comm->jobTail = NULL;
+    }
+    int stop = comm->threadStop;
+    pthread_mutex_unlock(&comm->jobLock);
+    if (job) {
+      runJob(comm, job);
+      /* Release partner: the acquire loads of pendingJobs in GetAsyncError/Destroy. */
+      atomic_fetch_sub_explicit(&comm->pendingJobs, 1, memory_order_release);
+      continue;
+    }
+    if (stop) break;
+    papFutexWait((uint32_t*)&comm->threadBell, tok, 1000000000ll);
+  }
+  return NULL;
+}
+
+papcclResult_t papProgressStart(struct papComm* comm) {
+  int err = pthread_create(&comm->thread, NULL, progressMain, comm);
+  if (err != 0) {
+    PAP_WARN("cannot start the progress thread: %s", strerror(err));
+    return papcclSystemError;
+  }
+  comm->threadStarted = 1;
+  return papcclSuccess;
+}
+
+papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job) {
+  atomic_fetch_add_explicit(&comm->pendingJobs, 1, memory_order_acq_rel);
+  pthread_mutex_lock(&comm->jobLock);
+  job->next = NULL;
+  if (comm->jobTail) comm->jobTail->next = job;
+  else comm->jobHead = job;
+  comm->jobTail = job;
+  pthread_mutex_unlock(&comm->jobLock);
+  atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);
+  papFutexWakeAll((uint32_t*)&comm->threadBell);
+  return papcclInProgress;
+}
+
+void papProgressStop(struct papComm* comm) {
+  if (!comm->threadStarted) return;
+  pthread_mutex_lock(&comm->jobLock);
+  comm->threadStop = 1;
+  pthread_mutex_unlock(&comm->jobLock);
+  atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);
+  papFutexWakeAll((uint32_t*)&comm->threadBell);
+  pthread_join(comm->thread, NULL);
+  comm->threadStarted = 0;
+  /* Jobs never run (abort): drop them. */
+  while (comm->jobHead) {
+    struct papJob* j = comm->jobHead;
+    comm->jobHead = j->next;
+    free(j->ops);
+    free(j);
+    atomic_fetch_sub_explicit(&comm->pendingJobs, 1, memory_order_release);
+  }
+  comm->jobTail = NULL;
+}

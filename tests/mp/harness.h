@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: Apache-2.0
+// Multi-rank test harness: runs a body as N ranks (threads or forked processes), captures
+// WARNs, scopes environment changes, and builds/verifies typed buffers against references.
+#ifndef PAPCCL_TESTS_MP_HARNESS_H_
+#define PAPCCL_TESTS_MP_HARNESS_H_
+
+#include <gtest/gtest.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "papccl.h"
+
+namespace papt {
+
+// ---- WARN capture -------------------------------------------------------------------------
+
+// While a test of the fixture below runs, every WARN the library logs is recorded. A WARN
+// inside an ExpectWarn scope whose patterns it matches (any WARN when the list is empty) is
+// expected; any other WARN fails the test at TearDown (in a forked child: at its exit).
+class ExpectWarn {
+ public:
+  explicit ExpectWarn(std::vector<std::string> patterns = {});
+  ~ExpectWarn();
+  ExpectWarn(const ExpectWarn&) = delete;
+  ExpectWarn& operator=(const ExpectWarn&) = delete;
+  int Count() const;
+  bool Saw(const std::string& substring) const;
+  std::vector<std::string> Messages() const;
+  // Internal: does msg belong to this scope?
+  bool Matches(const std::string& msg) const;
+  void Record(const std::string& msg);
+
+ private:
+  std::vector<std::string> patterns_;
+  std::vector<std::string> seen_;
+};
+
+// Installs the recording hook (tests that do not use the Test fixture below may call these).
+void InstallWarnHook();
+void RemoveWarnHook();
+// Unexpected WARNs since the last call (and clears the list).
+std::vector<std::string> TakeUnexpectedWarns();
+
+// Fixture for every multi-rank test: WARN capture, and a check for unexpected WARNs.
+class Test : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+};
+
+// ---- Environment ---------------------------------------------------------------------------
+
+// Sets (value != nullptr) or unsets an environment variable and forgets the library's cached
+// parameters; restores both at scope end. Use only while no communicator thread reads params.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ScopedEnv(const char* name, const std::string& value) : ScopedEnv(name, value.c_str()) {}
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  bool had_;
+  std::string old_;
+};
+
+// ---- Running ranks -------------------------------------------------------------------------
+
+enum class Mode { kThreads, kProcesses };
+const char* ModeName(Mode m);
+
+// How threads-mode ranks create their communicators.
+enum class Init {
+  kInitRank,  // one unique id; every rank thread calls papcclCommInitRank
+  kInitAll,   // papcclCommInitAll from the calling thread
+  kGroupInit  // one thread: papcclGroupStart, papcclCommInitRankConfig per rank, papcclGroupEnd
+};
+const char* InitName(Init i);
+
+struct Rank {
+  int rank;
+  int nranks;
+  papcclComm_t comm;  // nullptr when Options::makeComm is false
+  papcclUniqueId id;  // the id the ranks share
+  Mode mode;
+};
+
+using Body = std::function<void(Rank&)>;
+
+struct Options {
+  Init init = Init::kInitRank;  // threads mode only
+  bool makeComm = true;         // false: the body creates (and ends) its own communicator
+  bool destroy = true;          // the harness calls papcclCommDestroy after the body, checked
+  double deadlineS = 300;       // hang detector: processes are killed, threads abort the run
+  // Processes mode: runs in the parent while the children run (e.g. to kill one of them).
+  std::function<void(const std::vector<pid_t>&)> whileRunning;
+};
+
+struct Outcome {
+  int rank = -1;
+  bool exited = false;  // exited normally (then exitCode is valid)
+  int exitCode = -1;
+  int signal = 0;       // the signal that ended it, or 0
+  bool killedAtDeadline = false;
+  double seconds = 0;   // wall time from fork to reaping
+};
+
+// Forks n children after making the unique id here; each child creates its communicator
+// (unless !makeComm), runs body, destroys the communicator (if destroy), and _exit()s with
+// 0 (no failure, no unexpected WARN) or 1. Children never return into the test framework.
+// Children still running at the deadline are killed.
+std::vector<Outcome> RunProcesses(int n, const Body& body, const Options& opt = {});
+
+// Expects every child to have exited with status 0 (adds a failure per rank otherwise).
+void ExpectAllSucceeded(const std::vector<Outcome>& out, const std::string& what);
+
+// Runs body on n threads, one per rank; returns each rank's "body completed" flag (a shared
+// vector). Failures inside the body are recorded by the framework directly.
+std::vector<int> RunThreads(int n, const Body& body, const Options& opt = {});
+
+// Runs in either mode and expects success of every rank.
+void RunRanks(Mode mode, int n, const Body& body, const Options& opt = {});
+
+// Monotonic seconds.
+double NowS();
+
+// ---- Typed buffers and references --------------------------------------------------------
+
+enum class Coll {
+  kAllReduce,
+  kBroadcast,
+  kBcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kSendRecv
+};
+enum class Op { kSum, kProd, kMax, kMin, kAvg, kPreMulSum };
+
+const char* CollName(Coll c);
+const char* OpName(Op o);
+const char* TypeName(papcclDataType_t t);
+size_t TypeSize(papcclDataType_t t);
+bool CollReduces(Coll c);
+bool CollHasRoot(Coll c);
+
+extern const std::vector<papcclDataType_t> kAllTypes;
+extern const std::vector<Op> kAllOps;
+extern const std::vector<Coll> kAllColls;
+
+struct Case {
+  Coll coll = Coll::kAllReduce;
+  papcclDataType_t type = papcclFloat32;
+  Op op = Op::kSum;
+  size_t count = 0;
+  bool inPlace = false;
+  int root = 0;       // taken modulo nranks
+  uint32_t seed = 1;  // varies the input values
+  std::string Describe() const;
+};
+
+// Inputs are chosen so that the exact result is representable in every reduction order:
+// sums of small integers (within fp8 e5m2's exact range for that type), products of
+// {1,-1,2}, arbitrary finite values for max/min, averages that are exact for narrow floats.
+// The encoded input element i of rank r:
+uint64_t InputBits(const Case& c, int nranks, int r, size_t i);
+// The reduction of element i over every rank's input at index idx (the op's reference).
+uint64_t ReducedBits(const Case& c, int nranks, size_t idx);
+// The scalar used for kPreMulSum on type t, encoded.
+uint64_t PreMulScalarBits(papcclDataType_t t);
+
+// Exact encode/decode (test-side, independent of the library's converters).
+double DecodeValue(papcclDataType_t t, uint64_t bits);
+// Returns false if v is not exactly representable in t.
+bool EncodeExact(papcclDataType_t t, double v, uint64_t* bits);
+
+// A byte buffer with a guard zone after the payload (checked after each operation).
+class Buf {
+ public:
+  Buf() = default;
+  explicit Buf(size_t bytes, unsigned char fill = 0xCD);
+  unsigned char* data() { return v_.data(); }
+  const unsigned char* data() const { return v_.data(); }
+  size_t bytes() const { return bytes_; }
+  bool GuardOk() const;
+  static constexpr size_t kGuard = 64;
+
+ private:
+  std::vector<unsigned char> v_;
+  size_t bytes_ = 0;
+};
+
+void SetElem(void* buf, papcclDataType_t t, size_t i, uint64_t bits);
+uint64_t GetElem(const void* buf, papcclDataType_t t, size_t i);
+
+// Runs case c as rank rk (every rank must call it with the same case), then checks the
+// result bit-exactly against the reference, the guard zones, and that an out-of-place input
+// was not modified. Records failures with the case description; returns true if all is well.
+bool RunCase(const Rank& rk, const Case& c);
+
+// Checks count elements of buf against expected(i); reports the first mismatches.
+bool CheckElems(const void* buf, papcclDataType_t t, size_t count,
+                const std::function<uint64_t(size_t)>& expected, const std::string& what);
+
+// Records a non-fatal failure from any thread with a formatted message.
+#define PAPT_FAIL(msg) ADD_FAILURE() << msg
+
+}  // namespace papt
+
+#endif  // PAPCCL_TESTS_MP_HARNESS_H_

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Test shim for the communicator tests: wraps log, param and bootstrap internals in plain C. */
+#include "shim_comm.h"
+
+#include "bootstrap/bootstrap.h"
+#include "kernels/kernels.h"
+#include "log.h"
+#include "param.h"
+
+void papTestCommSetWarnHook(void (*fn)(const char* msg, void* arg), void* arg) {
+  papLogSetWarnHook(fn, arg);
+}
+
+void papTestCommParamReset(void) {
+  papParamReset();
+}
+
+int64_t papTestCommParamTimeoutS(void) {
+  return papParamTimeoutS();
+}
+
+int64_t papTestCommParamChunkSize(void) {
+  return papParamChunkSize();
+}
+
+int64_t papTestCommParamRhdMaxBytes(void) {
+  return papParamRhdMaxBytes();
+}
+
+int64_t papTestCommParamRdMaxBytes(void) {
+  return papParamRdMaxBytes();
+}
+
+int papTestCommActiveRoots(void) {
+  return papBootstrapActiveRoots();
+}
+
+size_t papTestCommTypeSize(int datatype) {
+  return papKernTypeSize((papcclDataType_t)datatype);
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Test shim for the communicator tests: the few internals (WARN hook, parameter cache,
+ * bootstrap root count) that GoogleTest code reaches through plain C functions. */
+#ifndef PAPCCL_TESTS_SHIM_COMM_H_
+#define PAPCCL_TESTS_SHIM_COMM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every WARN the library logs is also passed to fn (NULL removes the hook). The hook runs
+ * under the library's log lock: it must not call back into the library. */
+void papTestCommSetWarnHook(void (*fn)(const char* msg, void* arg), void* arg);
+
+/* Forget the cached PAPCCL_* parameters, so the next read sees the current environment. */
+void papTestCommParamReset(void);
+
+/* Current values of the parameters the tests size their expectations with. */
+int64_t papTestCommParamTimeoutS(void);
+int64_t papTestCommParamChunkSize(void);
+int64_t papTestCommParamRhdMaxBytes(void);
+int64_t papTestCommParamRdMaxBytes(void);
+
+/* Bootstrap root service threads of this process still running. */
+int papTestCommActiveRoots(void);
+
+/* Bytes per element of a datatype as the library sees it (0 for an invalid type). */
+size_t papTestCommTypeSize(int datatype);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PAPCCL_TESTS_SHIM_COMM_H_ */

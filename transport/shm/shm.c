@@ -1,0 +1,580 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Shared-memory transport: per-rank POSIX segment with inbound FIFOs, board line, staging. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "check.h"
+#include "futex.h"
+#include "log.h"
+#include "param.h"
+#include "transport/transport.h"
+
+#define SHM_MAGIC 0x70617073686d3031ull /* "papshm01" */
+#define SHM_VERSION 1
+#define SHM_REQS_PER_CONN 1024
+
+/* Segment layout (each rank owns one; peers map it):
+ *   struct shmHeader | struct shmBoard | nranks x struct shmFifo (inbound, from rank p) |
+ *   nranks x nslots x struct shmMeta | nranks x nslots x slotSize data | staging */
+struct shmHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t nranks;
+  uint32_t slotSize;
+  uint32_t nslots;
+  uint64_t stagingSize;
+  uint64_t totalBytes;
+  int32_t ownerRank;
+  _Atomic uint32_t mapped; /* peers that mapped this segment; the last one unlinks it */
+  char pad[64 - 44];
+};
+
+/* One cache line per rank: the doorbell its sleepers wait on, and the arrival word the PAP
+ * engine uses (sequence number and CLOCK_MONOTONIC stamp of the rank's last arrival). */
+struct shmBoard {
+  _Atomic uint32_t bell;     /* futex word; bumped by anyone who may unblock this rank */
+  _Atomic uint32_t sleepers; /* threads of this rank inside wait() */
+  _Atomic uint64_t arrivalSeq;
+  _Atomic uint64_t arrivalNs;
+  char pad[64 - 24];
+};
+
+struct shmFifo {
+  _Atomic uint64_t head; /* written by the sender (release); read by the receiver (acquire) */
+  char padHead[56];
+  _Atomic uint64_t tail; /* written by the receiver (release); read by the sender (acquire) */
+  char padTail[56];
+};
+
+struct shmMeta {
+  uint64_t tag;
+  uint32_t bytes;
+  uint32_t pad;
+};
+
+struct shmSeg {
+  void* base;
+  size_t bytes;
+  struct shmHeader* hdr;
+  struct shmBoard* board;
+  struct shmFifo* fifos;  /* [nranks] */
+  struct shmMeta* metas;  /* [nranks][nslots] */
+  char* data;             /* [nranks][nslots][slotSize] */
+  char* staging;
+};
+
+enum { REQ_SEND = 1, REQ_RECV = 2 };
+
+struct papReq {
+  struct papConn* conn;
+  struct papReq* next;
+  int kind;
+  int done;
+  const char* sbuf;
+  char* rbuf;
+  size_t bytes;
+  size_t off;
+  uint64_t tag;
+  struct papRecvSink sink;
+  int hasSink;
+  int started; /* a 0-byte message still takes one slot */
+};
+
+struct papConn {
+  struct shmState* st;
+  int peer;
+  struct shmSeg peerSeg;   /* the peer's segment, mapped */
+  /* send side: my FIFO inside the peer's segment */
+  struct shmFifo* outFifo;
+  struct shmMeta* outMeta;
+  char* outData;
+  /* recv side: the peer's FIFO inside my segment */
+  struct shmFifo* inFifo;
+  struct shmMeta* inMeta;
+  char* inData;
+  struct papReq* sendHead;
+  struct papReq* sendTail;
+  struct papReq* recvHead;
+  struct papReq* recvTail;
+  struct papReq* freeList;
+  struct papReq reqs[SHM_REQS_PER_CONN];
+  char name[96];
+};
+
+struct shmState {
+  int rank;
+  int nranks;
+  int nlocal;
+  unsigned char key[16];
+  uint32_t slotSize;
+  uint32_t nslots;
+  size_t stagingSize;
+  struct shmSeg self;
+  char name[96];
+  int unlinked;
+  int* pids;
+  pid_t mypid;
+  struct papConn** conns; /* [nranks] */
+  const volatile int* abortFlag;
+};
+
+static size_t alignUp(size_t v, size_t a) {
+  return (v + a - 1) & ~(a - 1);
+}
+
+static size_t segBytes(int nranks, uint32_t slotSize, uint32_t nslots, size_t staging) {
+  size_t b = sizeof(struct shmHeader) + sizeof(struct shmBoard);
+  b += (size_t)nranks * sizeof(struct shmFifo);
+  b = alignUp(b + (size_t)nranks * nslots * sizeof(struct shmMeta), 4096);
+  b += (size_t)nranks * nslots * slotSize;
+  b = alignUp(b, 4096) + alignUp(staging, 4096);
+  return b;
+}
+
+static void segLayout(struct shmSeg* s, int nranks, uint32_t slotSize, uint32_t nslots) {
+  char* p = (char*)s->base;
+  s->hdr = (struct shmHeader*)p;
+  s->board = (struct shmBoard*)(p + sizeof(struct shmHeader));
+  s->fifos = (struct shmFifo*)(p + sizeof(struct shmHeader) + sizeof(struct shmBoard));
+  s->metas = (struct shmMeta*)(s->fifos + nranks);
+  size_t off = alignUp((size_t)((char*)(s->metas + (size_t)nranks * nslots) - p), 4096);
+  s->data = p + off;
+  off = alignUp(off + (size_t)nranks * nslots * slotSize, 4096);
+  s->staging = p + off;
+}
+
+static void segName(char* out, size_t n, const unsigned char* key, int rank) {
+  int o = snprintf(out, n, "/papccl-");
+  for (int i = 0; i < 8 && o + 2 < (int)n; i++) o += snprintf(out + o, n - (size_t)o, "%02x", key[i]);
+  snprintf(out + o, n - (size_t)o, "-%d-%d", (int)getpid(), rank);
+}
+
+static int shmCanConnect(const struct papTransportCtx* ctx, int peer) {
+  return ctx->hostIds[peer] == ctx->hostIds[ctx->rank];
+}
+
+static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut) {
+  papcclResult_t res = papcclSuccess;
+  struct shmState* st = NULL;
+  int fd = -1;
+  PAP_CHECK(papCalloc(&st, 1));
+  st->rank = ctx->rank;
+  st->nranks = ctx->nranks;
+  st->abortFlag = ctx->abortFlag;
+  st->mypid = getpid();
+  memcpy(st->key, ctx->key, 16);
+  for (int r = 0; r < ctx->nranks; r++)
+    if (ctx->hostIds[r] == ctx->hostIds[ctx->rank]) st->nlocal++;
+  int64_t slot = papParamShmSlotSize();
+  int64_t nslots = papParamShmSlots();
+  int64_t staging = papParamShmStagingSize();
+  if (slot < 4096 || slot > (1 << 26) || (slot & 63) != 0) {
+    PAP_WARN("PAPCCL_SHM_SLOT_SIZE %lld must be a multiple of 64 in [4096, 64 MiB]",
+             (long long)slot);
+    res = papcclInvalidArgument;
+    goto out_free;
+  }
+  if (nslots < 2 || nslots > 1024) {
+    PAP_WARN("PAPCCL_SHM_NSLOTS %lld must be in [2, 1024]", (long long)nslots);
+    res = papcclInvalidArgument;
+    goto out_free;
+  }
+  if (staging < 0) staging = 0;
+  st->slotSize = (uint32_t)slot;
+  st->nslots = (uint32_t)nslots;
+  st->stagingSize = (size_t)staging;
+  PAP_CHECK_GOTO(papCalloc(&st->conns, (size_t)ctx->nranks), res, out_free);
+  PAP_CHECK_GOTO(papCalloc(&st->pids, (size_t)ctx->nranks), res, out_free);
+  memcpy(st->pids, ctx->pids, sizeof(int) * (size_t)ctx->nranks);
+
+  segName(st->name, sizeof(st->name), st->key, st->rank);
+  size_t bytes = segBytes(st->nranks, st->slotSize, st->nslots, st->stagingSize);
+  fd = shm_open(st->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    PAP_WARN("shm_open %s failed: %s", st->name, strerror(errno));
+    res = papcclSystemError;
+    goto out_free;
+  }
+  if (ftruncate(fd, (off_t)bytes) != 0) {
+    PAP_WARN("ftruncate of %s to %zu bytes failed: %s (is /dev/shm large enough?)", st->name,
+             bytes, strerror(errno));
+    res = papcclSystemError;
+    goto out_unlink;
+  }
+  void* base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    PAP_WARN("mmap of %s (%zu bytes) failed: %s", st->name, bytes, strerror(errno));
+    res = papcclSystemError;
+    goto out_unlink;
+  }
+  close(fd);
+  fd = -1;
+  st->self.base = base;
+  st->self.bytes = bytes;
+  segLayout(&st->self, st->nranks, st->slotSize, st->nslots);
+  struct shmHeader* h = st->self.hdr;
+  h->version = SHM_VERSION;
+  h->nranks = (uint32_t)st->nranks;
+  h->slotSize = st->slotSize;
+  h->nslots = st->nslots;
+  h->stagingSize = st->stagingSize;
+  h->totalBytes = bytes;
+  h->ownerRank = st->rank;
+  atomic_store_explicit(&h->mapped, 0, memory_order_relaxed);
+  /* Release partner: the acquire load of magic in shmConnect. */
+  __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+  if (st->nlocal == 1) {
+    shm_unlink(st->name);
+    st->unlinked = 1;
+  }
+  PAP_INFO(PAP_LOG_SHM, "rank %d shm segment %s: %zu bytes, %u slots of %u bytes per peer",
+           st->rank, st->name, bytes, st->nslots, st->slotSize);
+  *stateOut = st;
+  return papcclSuccess;
+
+out_unlink:
+  if (fd >= 0) close(fd);
+  shm_unlink(st->name);
+out_free:
+  free(st->pids);
+  free(st->conns);
+  free(st);
+  return res;
+}
+
+static papcclResult_t shmListen(void* state, void* handleOut) {
+  struct shmState* st = (struct shmState*)state;
+  memset(handleOut, 0, PAP_TRANSPORT_HANDLE_BYTES);
+  snprintf((char*)handleOut, PAP_TRANSPORT_HANDLE_BYTES, "%s", st->name);
+  return papcclSuccess;
+}
+
+static papcclResult_t shmConnect(void* state, int peer, const void* handle,
+                                 struct papConn** connOut) {
+  struct shmState* st = (struct shmState*)state;
+  papcclResult_t res = papcclSuccess;
+  struct papConn* c = NULL;
+  *connOut = NULL;
+  if (peer < 0 || peer >= st->nranks || peer == st->rank) {
+    PAP_WARN("shm connect: invalid peer %d", peer);
+    return papcclInternalError;
+  }
+  PAP_CHECK(papCallocBytes((void**)&c, 1, sizeof(*c), "shm connection"));
+  c->st = st;
+  c->peer = peer;
+  snprintf(c->name, sizeof(c->name), "%s", (const char*)handle);
+  int fd = shm_open(c->name, O_RDWR, 0600);
+  if (fd < 0) {
+    PAP_WARN("shm_open of peer %d segment %s failed: %s", peer, c->name, strerror(errno));
+    res = papcclSystemError;
+    goto out_free;
+  }
+  size_t bytes = segBytes(st->nranks, st->slotSize, st->nslots, st->stagingSize);
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != bytes) {
+    PAP_WARN("peer %d segment %s has %lld bytes, expected %zu (different PAPCCL_SHM_* "
+             "settings on the ranks?)", peer, c->name, (long long)sb.st_size, bytes);
+    close(fd);
+    res = papcclInvalidUsage;
+    goto out_free;
+  }
+  void* base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    PAP_WARN("mmap of peer %d segment failed: %s", peer, strerror(errno));
+    res = papcclSystemError;
+    goto out_free;
+  }
+  c->peerSeg.base = base;
+  c->peerSeg.bytes = bytes;
+  segLayout(&c->peerSeg, st->nranks, st->slotSize, st->nslots);
+  struct shmHeader* h = c->peerSeg.hdr;
+  if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || h->version != SHM_VERSION ||
+      h->nranks != (uint32_t)st->nranks || h->ownerRank != peer) {
+    PAP_WARN("peer %d segment %s is not a papccl segment of this communicator", peer, c->name);
+    res = papcclInternalError;
+    goto out_unmap;
+  }
+  /* The last local peer to map a segment unlinks it: nothing is left in /dev/shm even if a
+   * rank crashes later. */
+  uint32_t n = atomic_fetch_add_explicit(&h->mapped, 1, memory_order_acq_rel) + 1;
+  if ((int)n == st->nlocal - 1) shm_unlink(c->name);
+
+  c->outFifo = &c->peerSeg.fifos[st->rank];
+  c->outMeta = c->peerSeg.metas + (size_t)st->rank * st->nslots;
+  c->outData = c->peerSeg.data + (size_t)st->rank * st->nslots * st->slotSize;
+  c->inFifo = &st->self.fifos[peer];
+  c->inMeta = st->self.metas + (size_t)peer * st->nslots;
+  c->inData = st->self.data + (size_t)peer * st->nslots * st->slotSize;
+  for (int i = 0; i < SHM_REQS_PER_CONN; i++) {
+    c->reqs[i].conn = c;
+    c->reqs[i].next = c->freeList;
+    c->freeList = &c->reqs[i];
+  }
+  st->conns[peer] = c;
+  *connOut = c;
+  return papcclSuccess;
+
+out_unmap:
+  munmap(base, bytes);
+out_free:
+  free(c);
+  return res;
+}
+
+static papcclResult_t shmReady(void* state) {
+  struct shmState* st = (struct shmState*)state;
+  if (!st->unlinked) {
+    shm_unlink(st->name); /* ENOENT when the last peer already did it */
+    st->unlinked = 1;
+  }
+  return papcclSuccess;
+}
+
+/* Ring rank's doorbell if one of its threads sleeps. The seq_cst fence pairs with the one in
+ * shmWaitToken: either we see the sleeper, or the sleeper sees our published state. */
+static inline void ringBoard(struct shmBoard* b) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&b->sleepers, memory_order_relaxed) != 0) {
+    atomic_fetch_add_explicit(&b->bell, 1, memory_order_seq_cst);
+    papFutexWakeAll((uint32_t*)&b->bell);
+  }
+}
+
+static void progressSends(struct papConn* c);
+static papcclResult_t progressRecvs(struct papConn* c);
+
+static struct papReq* reqGet(struct papConn* c) {
+  struct papReq* r = c->freeList;
+  if (r == NULL) return NULL;
+  c->freeList = r->next;
+  memset(r, 0, sizeof(*r));
+  r->conn = c;
+  return r;
+}
+
+static papcclResult_t shmIsend(struct papConn* c, const void* buf, size_t bytes, int memType,
+                               uint64_t tag, struct papReq** reqOut) {
+  if (memType != PAP_MEM_HOST && memType != PAP_MEM_HOST_PINNED) {
+    PAP_WARN("shm transport: device memory is not supported by this build");
+    return papcclInvalidUsage;
+  }
+  struct papReq* r = reqGet(c);
+  *reqOut = r;
+  if (r == NULL) return papcclSuccess;
+  r->kind = REQ_SEND;
+  r->sbuf = (const char*)buf;
+  r->bytes = bytes;
+  r->tag = tag;
+  if (c->sendTail) c->sendTail->next = r;
+  else c->sendHead = r;
+  c->sendTail = r;
+  progressSends(c); /* push what fits now: the common small message completes here */
+  return papcclSuccess;
+}
+
+static papcclResult_t shmIrecv(struct papConn* c, void* buf, size_t bytes, int memType,
+                               uint64_t tag, const struct papRecvSink* sink,
+                               struct papReq** reqOut) {
+  if (memType != PAP_MEM_HOST && memType != PAP_MEM_HOST_PINNED) {
+    PAP_WARN("shm transport: device memory is not supported by this build");
+    return papcclInvalidUsage;
+  }
+  struct papReq* r = reqGet(c);
+  *reqOut = r;
+  if (r == NULL) return papcclSuccess;
+  r->kind = REQ_RECV;
+  r->rbuf = (char*)buf;
+  r->bytes = bytes;
+  r->tag = tag;
+  if (sink) {
+    r->sink = *sink;
+    r->hasSink = 1;
+  }
+  if (c->recvTail) c->recvTail->next = r;
+  else c->recvHead = r;
+  c->recvTail = r;
+  return progressRecvs(c);
+}
+
+/* Pushes queued sends into the peer's FIFO while credits last. */
+static void progressSends(struct papConn* c) {
+  struct shmState* st = c->st;
+  uint64_t head = atomic_load_explicit(&c->outFifo->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&c->outFifo->tail, memory_order_acquire);
+  int pushed = 0;
+  while (c->sendHead) {
+    struct papReq* r = c->sendHead;
+    while (r->off < r->bytes || !r->started) {
+      if (head - tail >= st->nslots) {
+        tail = atomic_load_explicit(&c->outFifo->tail, memory_order_acquire);
+        if (head - tail >= st->nslots) goto out;
+      }
+      uint32_t slot = (uint32_t)(head % st->nslots);
+      size_t n = r->bytes - r->off;
+      if (n > st->slotSize) n = st->slotSize;
+      memcpy(c->outData + (size_t)slot * st->slotSize, r->sbuf + r->off, n);
+      c->outMeta[slot].tag = r->tag;
+      c->outMeta[slot].bytes = (uint32_t)n;
+      head++;
+      /* Release partner: the acquire load of head in progressRecvs (peer side). */
+      atomic_store_explicit(&c->outFifo->head, head, memory_order_release);
+      r->off += n;
+      r->started = 1;
+      pushed = 1;
+    }
+    r->done = 1;
+    c->sendHead = r->next;
+    if (c->sendHead == NULL) c->sendTail = NULL;
+  }
+out:
+  if (pushed) ringBoard(c->peerSeg.board);
+}
+
+static papcclResult_t progressRecvs(struct papConn* c) {
+  struct shmState* st = c->st;
+  uint64_t tail = atomic_load_explicit(&c->inFifo->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&c->inFifo->head, memory_order_acquire);
+  papcclResult_t res = papcclSuccess;
+  int consumed = 0;
+  while (c->recvHead) {
+    struct papReq* r = c->recvHead;
+    while (r->off < r->bytes || !r->started) {
+      if (tail == head) {
+        head = atomic_load_explicit(&c->inFifo->head, memory_order_acquire);
+        if (tail == head) goto out;
+      }
+      uint32_t slot = (uint32_t)(tail % st->nslots);
+      const struct shmMeta* m = &c->inMeta[slot];
+      if (m->tag != r->tag || r->off + m->bytes > r->bytes) {
+        PAP_WARN("shm: message from peer %d does not match the posted receive (tag %#llx vs "
+                 "%#llx, %u bytes at offset %zu of %zu)", c->peer, (unsigned long long)m->tag,
+                 (unsigned long long)r->tag, m->bytes, r->off, r->bytes);
+        res = papcclInternalError;
+        goto out;
+      }
+      const char* src = c->inData + (size_t)slot * st->slotSize;
+      if (m->bytes) {
+        if (r->hasSink) r->sink.fn(r->sink.arg, r->off, src, m->bytes);
+        else memcpy(r->rbuf + r->off, src, m->bytes);
+      }
+      r->off += m->bytes;
+      r->started = 1;
+      tail++;
+      /* Release partner: the acquire load of tail in progressSends (peer side). */
+      atomic_store_explicit(&c->inFifo->tail, tail, memory_order_release);
+      consumed = 1;
+    }
+    r->done = 1;
+    c->recvHead = r->next;
+    if (c->recvHead == NULL) c->recvTail = NULL;
+  }
+out:
+  if (consumed) ringBoard(c->peerSeg.board);
+  return res;
+}
+
+static papcclResult_t shmTest(struct papReq* r, int* doneOut, size_t* sizeOut) {
+  struct papConn* c = r->conn;
+  if (!r->done) {
+    if (r->kind == REQ_SEND) progressSends(c);
+    else PAP_CHECK(progressRecvs(c));
+  }
+  *doneOut = r->done;
+  if (r->done) {
+    if (sizeOut) *sizeOut = r->off;
+    r->next = c->freeList;
+    c->freeList = r;
+  }
+  return papcclSuccess;
+}
+
+static papcclResult_t shmProgress(void* state) {
+  struct shmState* st = (struct shmState*)state;
+  for (int p = 0; p < st->nranks; p++) {
+    if (p == st->rank || st->pids[p] == (int)st->mypid || st->pids[p] <= 0) continue;
+    if (kill(st->pids[p], 0) != 0 && errno == ESRCH) {
+      PAP_WARN("peer %d (pid %d) has exited", p, st->pids[p]);
+      return papcclRemoteError;
+    }
+  }
+  return papcclSuccess;
+}
+
+static uint32_t shmWaitToken(void* state) {
+  struct shmBoard* b = ((struct shmState*)state)->self.board;
+  uint32_t tok = atomic_load_explicit(&b->bell, memory_order_acquire);
+  atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
+  atomic_thread_fence(memory_order_seq_cst);
+  return tok;
+}
+
+static void shmWait(void* state, uint32_t token, int64_t timeoutNs) {
+  struct shmState* st = (struct shmState*)state;
+  struct shmBoard* b = st->self.board;
+  if (timeoutNs > 0 && !(st->abortFlag && *st->abortFlag))
+    papFutexWait((uint32_t*)&b->bell, token, timeoutNs);
+  atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
+}
+
+static void shmWake(void* state) {
+  struct shmBoard* b = ((struct shmState*)state)->self.board;
+  atomic_fetch_add_explicit(&b->bell, 1, memory_order_seq_cst);
+  papFutexWakeAll((uint32_t*)&b->bell);
+}
+
+static void* shmStaging(void* state, int r, size_t* sizeOut) {
+  struct shmState* st = (struct shmState*)state;
+  if (sizeOut) *sizeOut = st->stagingSize;
+  if (r == st->rank) return st->self.staging;
+  if (r < 0 || r >= st->nranks || st->conns[r] == NULL) return NULL;
+  return st->conns[r]->peerSeg.staging;
+}
+
+static void shmClose(struct papConn* c) {
+  if (c == NULL) return;
+  if (!(c->st->unlinked)) {
+    /* Nothing to do for the peer's name: the owner or the last mapper unlinks it. */
+  }
+  c->st->conns[c->peer] = NULL;
+  munmap(c->peerSeg.base, c->peerSeg.bytes);
+  free(c);
+}
+
+static void shmFinalize(void* state) {
+  struct shmState* st = (struct shmState*)state;
+  if (st == NULL) return;
+  for (int p = 0; p < st->nranks; p++) shmClose(st->conns[p]);
+  if (!st->unlinked) shm_unlink(st->name);
+  munmap(st->self.base, st->self.bytes);
+  free(st->pids);
+  free(st->conns);
+  free(st);
+}
+
+const struct papTransportOps papTransportShm = {
+    .name = "shm",
+    .canConnect = shmCanConnect,
+    .init = shmInit,
+    .listen = shmListen,
+    .connect = shmConnect,
+    .ready = shmReady,
+    .isend = shmIsend,
+    .irecv = shmIrecv,
+    .test = shmTest,
+    .progress = shmProgress,
+    .waitToken = shmWaitToken,
+    .wait = shmWait,
+    .wake = shmWake,
+    .staging = shmStaging,
+    .close = shmClose,
+    .finalize = shmFinalize,
+};

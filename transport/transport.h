@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The transport interface: one ops table per backend (shm today; ucx and ib later). */
+#ifndef PAPCCL_TRANSPORT_TRANSPORT_H_
+#define PAPCCL_TRANSPORT_TRANSPORT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "papccl.h"
+
+#define PAP_TRANSPORT_HANDLE_BYTES 128 /* listen handle swapped through the bootstrap */
+
+enum papMemType { PAP_MEM_HOST = 0, PAP_MEM_DEVICE = 1, PAP_MEM_HOST_PINNED = 2 };
+
+/* The narrow context a backend gets at init: never the communicator. */
+struct papTransportCtx {
+  int rank;
+  int nranks;
+  const unsigned char* key;        /* 16 bytes, the same on every rank */
+  const uint64_t* hostIds;         /* [nranks]; peers with the same id share a host */
+  const int* pids;                 /* [nranks]; process ids (same host only) */
+  const volatile int* abortFlag;   /* nonzero: give up waits */
+};
+
+struct papConn; /* one per (backend, peer); owned by the backend */
+struct papReq;  /* one per posted isend/irecv; owned by the backend */
+
+/* Optional consumer for irecv: instead of copying into buf, the backend hands each piece of
+ * the message to fn in order (offset within the message, bytes). Lets the engine reduce
+ * straight out of the transport's buffers (no extra copy). */
+struct papRecvSink {
+  void (*fn)(void* arg, size_t offset, const void* src, size_t bytes);
+  void* arg;
+};
+
+struct papTransportOps {
+  const char* name;
+  /* Can this backend reach peer from rank (hostIds decide for shm)? */
+  int (*canConnect)(const struct papTransportCtx* ctx, int peer);
+  /* Creates the backend's state for this rank. */
+  papcclResult_t (*init)(const struct papTransportCtx* ctx, void** stateOut);
+  /* Fills handle (PAP_TRANSPORT_HANDLE_BYTES) that peers pass to connect. */
+  papcclResult_t (*listen)(void* state, void* handleOut);
+  /* Never blocks: *connOut stays NULL until ready; call again. */
+  papcclResult_t (*connect)(void* state, int peer, const void* peerHandle,
+                            struct papConn** connOut);
+  /* Called once every local rank has connected (after a bootstrap barrier). */
+  papcclResult_t (*ready)(void* state);
+  /* Post a message; *reqOut == NULL means no resources now: retry later. Messages on one
+   * conn match in posting order; tag is checked (a mismatch is an internal error). */
+  papcclResult_t (*isend)(struct papConn* conn, const void* buf, size_t bytes, int memType,
+                          uint64_t tag, struct papReq** reqOut);
+  papcclResult_t (*irecv)(struct papConn* conn, void* buf, size_t bytes, int memType,
+                          uint64_t tag, const struct papRecvSink* sink, struct papReq** reqOut);
+  /* Advances req; *doneOut = 1 when complete (then req is released). */
+  papcclResult_t (*test)(struct papReq* req, int* doneOut, size_t* sizeOut);
+  /* Drives background work; returns papcclSuccess or an error (dead peer). */
+  papcclResult_t (*progress)(void* state);
+  /* Sleeps at most timeoutNs unless something may have changed since `token` was read with
+   * waitToken (so no wakeup is lost). */
+  uint32_t (*waitToken)(void* state);
+  void (*wait)(void* state, uint32_t token, int64_t timeoutNs);
+  /* Wakes every thread sleeping in wait() on this rank (abort, new work). */
+  void (*wake)(void* state);
+  /* Direct-access staging area of rank r on this host, or NULL (sizeOut gets its bytes). */
+  void* (*staging)(void* state, int r, size_t* sizeOut);
+  void (*close)(struct papConn* conn);
+  void (*finalize)(void* state);
+};
+
+extern const struct papTransportOps papTransportShm;
+
+/* Picks the backend for a peer: PAPCCL_TRANSPORT if set, else the first that canConnect. */
+const struct papTransportOps* papTransportSelect(const struct papTransportCtx* ctx, int peer);
+
+#endif /* PAPCCL_TRANSPORT_TRANSPORT_H_ */
