@@ -1,8 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Host reduction loops: the CPU path of every (datatype, op) pair, scale and avg division. */
 
-/* Vectorization, checked with GCC 12 on x86-64 (-O2 and -O3, -S):
- *   CHECKLATER */
+/* Vectorization, checked with GCC 12.2 on x86-64 by disassembling this file's object at -O3
+ * (meson's release build) and at -O2: the fp32 sum block compiles to 8 x vaddps on ymm (64
+ * floats) in the avx2 clone and 16 x addps on xmm in the default clone (-O2: one vaddps ymm in a
+ * rolled loop). fp32 max is vcmpltps + vcmpneqps + vpor + vblendvps on ymm, int32 sum vpaddd
+ * ymm, fp64 sum vaddpd ymm / addpd xmm, int64 prod an emulated vpmuludq sequence on ymm. The
+ * fp16, bf16 and fp8 loops vectorize too (vpmovzxwd, vcvtdq2ps, vpblendvb on ymm). Integer
+ * division stays scalar: x86 has no vector integer divide. */
 
 #include "kernels.h"
 
@@ -258,8 +263,12 @@ size_t papKernTypeSize(papcclDataType_t datatype) {
 
 void papKernHostReduce(void* dst, const void* a, const void* b, size_t count,
                        papcclDataType_t datatype, enum papRedKind op) {
-  if (!validType(datatype) || (int)op < 0 || (int)op > (int)PAP_RED_MIN) {
-    PAP_WARN("host reduce: invalid datatype %d or op %d", (int)datatype, (int)op);
+  if (!validType(datatype)) {
+    PAP_WARN("host reduce: invalid datatype %d", (int)datatype);
+    return;
+  }
+  if ((int)op < (int)PAP_RED_SUM || (int)op > (int)PAP_RED_MIN) {
+    PAP_WARN("host reduce: invalid reduction kind %d", (int)op);
     return;
   }
   reduceTable[datatype][op](dst, a, b, count);
@@ -267,8 +276,12 @@ void papKernHostReduce(void* dst, const void* a, const void* b, size_t count,
 
 void papKernHostScale(void* dst, const void* src, size_t count, papcclDataType_t datatype,
                       const void* scalar) {
-  if (!validType(datatype) || scalar == NULL) {
-    PAP_WARN("host scale: invalid datatype %d or NULL scalar", (int)datatype);
+  if (!validType(datatype)) {
+    PAP_WARN("host scale: invalid datatype %d", (int)datatype);
+    return;
+  }
+  if (scalar == NULL) {
+    PAP_WARN("host scale: scalar is NULL");
     return;
   }
   scaleTable[datatype](dst, src, scalar, count);
@@ -276,8 +289,12 @@ void papKernHostScale(void* dst, const void* src, size_t count, papcclDataType_t
 
 /* n is the rank count: n < 1 is a caller bug (integer division by 0 would trap). */
 void papKernHostDivide(void* dst, const void* src, size_t count, papcclDataType_t datatype, int n) {
-  if (!validType(datatype) || n < 1) {
-    PAP_WARN("host divide: invalid datatype %d or divisor %d", (int)datatype, n);
+  if (!validType(datatype)) {
+    PAP_WARN("host divide: invalid datatype %d", (int)datatype);
+    return;
+  }
+  if (n < 1) {
+    PAP_WARN("host divide: divisor %d is not a rank count (must be >= 1)", n);
     return;
   }
   divTable[datatype](dst, src, n, count);

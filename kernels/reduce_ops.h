@@ -30,7 +30,9 @@
  *
  * The converters use integer operations plus, for results below the smallest normal, one float
  * add whose result is a normal float, so they stay exact under flush-to-zero of subnormal
- * inputs and outputs (nvcc -ftz, x86 FTZ). Do not build the kernels with fast-math division. */
+ * inputs and outputs (nvcc -ftz, x86 FTZ/DAZ). The arithmetic itself does not: bf16 subnormals
+ * are float subnormals, and fp32/fp64 are IEEE only without FTZ. So build the kernels without
+ * fast-math (nvcc's defaults -ftz=false -prec-div=true are what the tests check). */
 
 /* In C, plain `static inline` is only a hint: in a unit as large as the host loops GCC's
  * inline-unit-growth limit leaves narrow-type functors as calls, which stops vectorization.

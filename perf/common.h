@@ -68,7 +68,7 @@ struct papPerfColl {
 /* Runs the whole benchmark for coll; returns the process exit code. */
 int papPerfMain(int argc, char** argv, const struct papPerfColl* coll);
 
-/* ---- Data helpers for initData hooks ------------------------------------------------ */
+/* ---- Data helpers for initData hooks (verifiable.c) ------------------------------------ */
 
 size_t papPerfTypeSize(papcclDataType_t type);
 const char* papPerfTypeName(papcclDataType_t type);

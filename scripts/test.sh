@@ -56,12 +56,14 @@ ulimit -c 0 # sanitizer aborts must not litter the tree with cores
 
 summary=()
 failed=0
-stage_note="" # a stage may set it to qualify its "ok"
+stage_note=""    # a stage may set it to qualify its "ok"
+current_stage="" # the stage running now
 start=$SECONDS
 
 # stage NAME FUNCTION: runs FUNCTION, prints and records one summary line.
 stage() {
   local name=$1 fn=$2 t0=$SECONDS res rc=""
+  current_stage=$name
   echo
   echo "=== $name"
   stage_note=""
@@ -73,6 +75,7 @@ stage() {
   local line
   line=$(printf '%-11s %-16s %5d s' "$name" "$res" $((SECONDS - t0)))
   summary+=("$line")
+  current_stage=""
   echo "=== $line"
   [ "$rc" = "" ]
 }
@@ -167,6 +170,21 @@ do_format() {
   return 1
 }
 
+print_summary() {
+  echo
+  echo "=== summary ($((SECONDS - start)) s)"
+  [ ${#summary[@]} -eq 0 ] || printf '%s\n' "${summary[@]}"
+}
+# A CI timeout or ^C still shows how far the run got.
+on_interrupt() {
+  trap - INT TERM
+  [ -z "$current_stage" ] || summary+=("$(printf '%-11s %-16s' "$current_stage" interrupted)")
+  print_summary
+  echo "test.sh: interrupted"
+  exit 130
+}
+trap on_interrupt INT TERM
+
 if [ "$skip_deps" = 1 ]; then skipped deps "asked"; else stage deps do_deps || true; fi
 if stage build do_build; then
   stage test do_test || true
@@ -183,9 +201,7 @@ else
 fi
 if [ "$format_mode" = skip ]; then skipped format "asked"; else stage format do_format || true; fi
 
-echo
-echo "=== summary ($((SECONDS - start)) s)"
-printf '%s\n' "${summary[@]}"
+print_summary
 if [ "$failed" != 0 ]; then
   echo "test.sh: FAILED"
   exit 1

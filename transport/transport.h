@@ -54,8 +54,11 @@ struct papTransportOps {
                           uint64_t tag, const struct papRecvSink* sink, struct papReq** reqOut);
   /* Advances req; *doneOut = 1 when complete (then req is released). */
   papcclResult_t (*test)(struct papReq* req, int* doneOut, size_t* sizeOut);
-  /* Drives background work; returns papcclSuccess or an error (dead peer). */
+  /* Drives background work; returns papcclSuccess or an error. */
   papcclResult_t (*progress)(void* state);
+  /* 0 when peer is known to be gone (its process exited); 1 otherwise. Cheap enough to call
+   * every ~100 ms while a rank waits on that peer. */
+  int (*peerAlive)(void* state, int peer);
   /* Sleeps at most timeoutNs unless something may have changed since `token` was read with
    * waitToken (so no wakeup is lost). */
   uint32_t (*waitToken)(void* state);

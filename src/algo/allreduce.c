@@ -23,8 +23,11 @@ static papcclResult_t localCopy(struct papEngine* e, struct papOpDesc* op, size_
   return papcclSuccess;
 }
 
-/* Ring: N-1 reduce-scatter steps then N-1 allgather steps over N segments, every segment cut
- * in chunks; chunk k of a step waits only for chunk k of the step before. */
+/* Ring: N-1 reduce-scatter steps then N-1 allgather steps over N segments, each segment cut
+ * in chunks. Messages are queued in wavefront order: wave w holds (step t, chunk w - t) for
+ * every t, so chunk k's next step leaves right after it was reduced, while it is still in
+ * cache, and every step of the ring works at once on a different chunk. Both ends of a
+ * queue enumerate (w, t) alike, so queue orders match. */
 papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op) {
   int n = e->nranks;
   int r = e->rank;
@@ -34,24 +37,23 @@ papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op) {
   PAP_CHECK(papGeomInit(e, &g, op->sendbuff, op->recvbuff, op->count, esz, n));
   int next = (r + 1) % n;
   int prev = (r - 1 + n) % n;
-  for (int s = 0; s < n - 1; s++) {
-    int sendSeg = (r - s + n) % n;
-    int recvSeg = (r - s - 1 + n) % n;
-    int ns = papGeomChunks(&g, sendSeg);
-    int nr = papGeomChunks(&g, recvSeg);
-    for (int k = 0; k < ns || k < nr; k++) {
-      if (k < ns) PLAN_OK(papGeomSend(e, &g, next, sendSeg, k));
-      if (k < nr) PLAN_OK(papGeomRecvReduce(e, &g, prev, recvSeg, k, op->dtype, op->red));
-    }
-  }
-  for (int s = 0; s < n - 1; s++) {
-    int sendSeg = (r + 1 - s + n) % n;
-    int recvSeg = (r - s + n) % n;
-    int ns = papGeomChunks(&g, sendSeg);
-    int nr = papGeomChunks(&g, recvSeg);
-    for (int k = 0; k < ns || k < nr; k++) {
-      if (k < ns) PLAN_OK(papGeomSend(e, &g, next, sendSeg, k));
-      if (k < nr) PLAN_OK(papGeomRecv(e, &g, prev, recvSeg, k));
+  int nsteps = 2 * (n - 1);
+  int maxChunks = 0;
+  for (int b = 0; b < n; b++)
+    if (papGeomChunks(&g, b) > maxChunks) maxChunks = papGeomChunks(&g, b);
+  for (int w = 0; w < maxChunks + nsteps - 1; w++) {
+    for (int t = 0; t < nsteps; t++) {
+      int k = w - t;
+      if (k < 0) break;
+      int rs = t < n - 1;
+      int s = rs ? t : t - (n - 1);
+      int sendSeg = rs ? (r - s + n) % n : (r + 1 - s + n) % n;
+      int recvSeg = rs ? (r - s - 1 + n) % n : (r - s + n) % n;
+      if (k < papGeomChunks(&g, sendSeg)) PLAN_OK(papGeomSend(e, &g, next, sendSeg, k));
+      if (k < papGeomChunks(&g, recvSeg)) {
+        if (rs) PLAN_OK(papGeomRecvReduce(e, &g, prev, recvSeg, k, op->dtype, op->red));
+        else PLAN_OK(papGeomRecv(e, &g, prev, recvSeg, k));
+      }
     }
   }
   return papcclSuccess;

@@ -25,6 +25,7 @@
 #define BS_ID_VERSION 1
 #define BS_ID_FLAG_RANK0_SERVES 0x1u /* PAPCCL_COMM_ID: rank 0's init runs the root */
 #define BS_RING_MAX_PENDING 64
+#define BS_BIND_RETRY_NS (5ull * 1000000000ull) /* rank 0 binding the PAPCCL_COMM_ID port */
 
 static const unsigned char idMagic[8] = {'p', 'a', 'p', 'c', 'c', 'l', 'I', 'D'};
 
@@ -273,7 +274,7 @@ papcclResult_t papBootstrapGetUniqueId(papcclUniqueId* id) {
   } else {
     PAP_CHECK(randomKey(body.key));
     PAP_CHECK(papSocketFindIfAddr(&addr, ifname, sizeof(ifname)));
-    PAP_CHECK(papBootstrapRootStart(&addr, 0, body.key, 0, &addr));
+    PAP_CHECK(papBootstrapRootStart(&addr, 0, body.key, body.key, 0, 0, NULL, &addr));
     PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap: root listening on %s (%s), key 0x%02x%02x%02x%02x...",
              papSocketAddrToString(&addr, str, sizeof(str)), ifname, body.key[0], body.key[1],
              body.key[2], body.key[3]);
@@ -308,7 +309,8 @@ static papcclResult_t bsCreate(int rank, int nranks, const unsigned char* key,
   bs->listenFd = bs->nextFd = bs->prevFd = -1;
   PAP_CHECK_GOTO(papCalloc(&bs->addrs, (size_t)nranks), res, out_free);
   PAP_CHECK_GOTO(papSocketFindIfAddr(&ifAddr, NULL, 0), res, out_free);
-  PAP_CHECK_GOTO(papSocketListen(&ifAddr, 0, &bs->listenFd, &bs->listenAddr), res, out_free);
+  PAP_CHECK_GOTO(papSocketListen(&ifAddr, 0, 0, NULL, &bs->listenFd, &bs->listenAddr), res,
+                 out_free);
   addrToBs(&bs->listenAddr, &bs->addrs[rank]);
   *bsOut = bs;
   return papcclSuccess;
@@ -338,6 +340,7 @@ static papcclResult_t rootExchange(struct papBootstrap* bs, const union papSockA
   char why[PAP_BS_WHY_LEN];
   size_t tableLen = (size_t)bs->nranks * sizeof(struct papBootstrapAddr);
   struct papBootstrapAddr mine = bs->addrs[bs->rank];
+  unsigned char commKey[PAP_BS_KEY_BYTES];
   int fd = -1;
 
   papSocketAddrToString(root, rootStr, sizeof(rootStr));
@@ -352,17 +355,18 @@ static papcclResult_t rootExchange(struct papBootstrap* bs, const union papSockA
   PAP_CHECK_GOTO(papSocketSendAll(fd, msg, sizeof(msg), deadlineNs, bs->abortFlag, what), res,
                  out_close);
   snprintf(what, sizeof(what),
-           "rank %d of %d waiting for the address table from the bootstrap "
-           "root %s",
-           bs->rank, bs->nranks, rootStr);
+           "rank %d of %d waiting for the address table from the bootstrap root %s", bs->rank,
+           bs->nranks, rootStr);
   PAP_CHECK_GOTO(papSocketRecvAll(fd, msg, PAP_BS_HDR, deadlineNs, bs->abortFlag, what), res,
                  out_close);
-  if (papBootstrapCheckHdr(msg, bs->key, PAP_BOOTSTRAP_MSG_ADDR_TABLE, tableLen, 0, 0, why,
-                           sizeof(why))) {
+  if (papBootstrapCheckHdr(msg, bs->key, PAP_BOOTSTRAP_MSG_ADDR_TABLE, PAP_BS_KEY_BYTES + tableLen,
+                           0, 0, why, sizeof(why))) {
     PAP_WARN("bootstrap rank %d: bad reply from the root %s: %s", bs->rank, rootStr, why);
     res = papcclRemoteError;
     goto out_close;
   }
+  PAP_CHECK_GOTO(papSocketRecvAll(fd, commKey, sizeof(commKey), deadlineNs, bs->abortFlag, what),
+                 res, out_close);
   PAP_CHECK_GOTO(papSocketRecvAll(fd, bs->addrs, tableLen, deadlineNs, bs->abortFlag, what), res,
                  out_close);
   if (!addrEqual(&mine, &bs->addrs[bs->rank])) {
@@ -371,6 +375,7 @@ static papcclResult_t rootExchange(struct papBootstrap* bs, const union papSockA
     res = papcclRemoteError;
     goto out_close;
   }
+  memcpy(bs->key, commKey, sizeof(commKey)); /* the ring and later users take this one */
   PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap rank %d: got %d addresses from the root %s", bs->rank,
            bs->nranks, rootStr);
 
@@ -479,7 +484,10 @@ out:
     /* One last read, so that the WARN names what was wrong with it if anything was. */
     int h = ringHelloProgress(bs, &pending[i], prev, why, sizeof(why));
     if (h > 0) snprintf(why, sizeof(why), "a second hello from rank %d (prev)", prev);
-    if (h == 0) snprintf(why, sizeof(why), "no complete hello before the ring was connected");
+    if (h == 0) {
+      snprintf(why, sizeof(why), "no complete hello before %s",
+               res == papcclSuccess ? "the ring was connected" : "this rank gave up");
+    }
     PAP_WARN("bootstrap rank %d: dropping connection from %s on %s: %s", bs->rank,
              papSocketAddrToString(&pending[i].peer, pstr, sizeof(pstr)), lstr, why);
     close(pending[i].fd);
@@ -533,15 +541,24 @@ papcclResult_t papBootstrapInit(const papcclUniqueId* id, int rank, int nranks,
   PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap rank %d of %d: listening on %s", rank, nranks,
            papSocketAddrToString(&bs->listenAddr, str, sizeof(str)));
   if ((ntohl(body.flags) & BS_ID_FLAG_RANK0_SERVES) && rank == 0) {
-    /* PAPCCL_COMM_ID names a port of this host: serve it on every interface. */
+    /* PAPCCL_COMM_ID names a port of this host: serve it on every interface. The port may
+     * be held for a moment (a previous root closing); one in use for long is an error. The
+     * id's key is the same for every communicator of that PAPCCL_COMM_ID: hand the ranks a
+     * fresh one, so that concurrent or successive communicators never share shm names. */
     union papSockAddr any;
+    unsigned char commKey[PAP_BS_KEY_BYTES];
+    uint64_t bindDeadlineNs = papNowNs() + BS_BIND_RETRY_NS;
+    if (bindDeadlineNs > deadlineNs) bindDeadlineNs = deadlineNs;
     memset(&any, 0, sizeof(any));
     any.sa.sa_family = root.sa.sa_family;
     if (root.sa.sa_family == AF_INET)
       any.sin.sin_port = root.sin.sin_port;
     else
       any.sin6.sin6_port = root.sin6.sin6_port;
-    PAP_CHECK_GOTO(papBootstrapRootStart(&any, 1, body.key, timeoutS, &any), res, out_destroy);
+    PAP_CHECK_GOTO(randomKey(commKey), res, out_destroy);
+    PAP_CHECK_GOTO(papBootstrapRootStart(&any, 1, body.key, commKey, timeoutS, bindDeadlineNs,
+                                         abortFlag, &any),
+                   res, out_destroy);
     PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap rank 0: serving the root on %s",
              papSocketAddrToString(&any, str, sizeof(str)));
   }

@@ -23,13 +23,16 @@ struct papBootstrap; /* opaque; one per communicator rank */
  * key is derived from the address string, so every rank computes the same id). */
 papcclResult_t papBootstrapGetUniqueId(papcclUniqueId* id);
 
-/* Checks that id looks like one papBootstrapGetUniqueId made (magic). */
+/* Checks that id looks like one papBootstrapGetUniqueId made (magic, version, root
+ * address): papcclInvalidArgument with a WARN otherwise. */
 papcclResult_t papBootstrapCheckId(const papcclUniqueId* id);
 
 /* Joins the rendezvous of id as rank/nranks: opens this rank's listener, exchanges addresses
  * through the root, connects the ring. Blocks until done, *abortFlag becomes nonzero
  * (papcclRemoteError with a WARN) or timeoutS passes (papcclRemoteError). abortFlag
- * may be NULL. */
+ * may be NULL; it must outlive bs, whose collectives watch it too. timeoutS <= 0 means
+ * PAPCCL_TIMEOUT_S; each later collective gets timeoutS again. Thread-safe: ranks may be
+ * threads of one process, each with its own bs. */
 papcclResult_t papBootstrapInit(const papcclUniqueId* id, int rank, int nranks,
                                 const volatile int* abortFlag, int64_t timeoutS,
                                 struct papBootstrap** bsOut);
@@ -43,11 +46,15 @@ papcclResult_t papBootstrapCreate(int rank, int nranks, const unsigned char key[
 void papBootstrapGetAddr(const struct papBootstrap* bs, struct papBootstrapAddr* addrOut);
 papcclResult_t papBootstrapConnect(struct papBootstrap* bs, const struct papBootstrapAddr* addrs);
 
-/* The communicator key (16 bytes); shm segment names derive from it. */
+/* The communicator key (16 bytes), the same on every rank; shm segment names derive from it.
+ * After papBootstrapInit it is fresh for each rendezvous, even when the id is reused
+ * (PAPCCL_COMM_ID); after papBootstrapCreate it is the key passed in. */
 const unsigned char* papBootstrapKey(const struct papBootstrap* bs);
 
 /* Every rank passes data[nranks * size] with its own slot data[rank*size] filled; on return
- * every slot is filled. Collective over the ring. */
+ * every slot is filled. Collective over the ring: every rank calls the same sequence of
+ * allgathers (same size) and barriers; a mismatch fails with papcclRemoteError. A bs is used
+ * by one thread at a time. data may be NULL when size is 0. */
 papcclResult_t papBootstrapAllGather(struct papBootstrap* bs, void* data, size_t size);
 papcclResult_t papBootstrapBarrier(struct papBootstrap* bs);
 
@@ -75,7 +82,7 @@ papcclResult_t papBootstrapIdInfo(const papcclUniqueId* id, struct papBootstrapA
 
 enum papBootstrapMsgType {
   PAP_BOOTSTRAP_MSG_ROOT_HELLO = 1, /* rank -> root */
-  PAP_BOOTSTRAP_MSG_ADDR_TABLE = 2, /* root -> rank: nranks addresses */
+  PAP_BOOTSTRAP_MSG_ADDR_TABLE = 2, /* root -> rank: communicator key, nranks addresses */
   PAP_BOOTSTRAP_MSG_RING_HELLO = 3, /* rank -> next rank's listener */
   PAP_BOOTSTRAP_MSG_ALLGATHER = 4, /* one ring step of papBootstrapAllGather */
   PAP_BOOTSTRAP_MSG_BARRIER = 5 /* one ring step of papBootstrapBarrier */

@@ -24,7 +24,8 @@ struct rootState {
   int listenFd;
   union papSockAddr addr;
   char addrStr[PAP_SOCKET_ADDR_STRLEN];
-  unsigned char key[PAP_BS_KEY_BYTES];
+  unsigned char key[PAP_BS_KEY_BYTES]; /* the id's: every message carries it */
+  unsigned char commKey[PAP_BS_KEY_BYTES]; /* handed to the ranks with the table */
   uint64_t deadlineNs;
   int64_t timeoutS;
   int nranks; /* -1 until the first valid hello */
@@ -216,7 +217,7 @@ static int rootGather(struct rootState* st) {
 
 /* Sends the address table to every rank at once (non-blocking), then closes them. */
 static void rootSendTables(struct rootState* st) {
-  size_t len = PAP_BS_HDR + (size_t)st->nranks * sizeof(struct papBootstrapAddr);
+  size_t len = PAP_BS_HDR + PAP_BS_KEY_BYTES + (size_t)st->nranks * sizeof(struct papBootstrapAddr);
   unsigned char* msg = NULL;
   size_t* off = NULL;
   char what[PAP_BS_WHAT_LEN];
@@ -228,7 +229,9 @@ static void rootSendTables(struct rootState* st) {
     goto out;
   }
   papBootstrapPackHdr(msg, PAP_BOOTSTRAP_MSG_ADDR_TABLE, len - PAP_BS_HDR, 0, 0, st->key);
-  memcpy(msg + PAP_BS_HDR, st->table, len - PAP_BS_HDR);
+  memcpy(msg + PAP_BS_HDR, st->commKey, PAP_BS_KEY_BYTES);
+  memcpy(msg + PAP_BS_HDR + PAP_BS_KEY_BYTES, st->table,
+         (size_t)st->nranks * sizeof(struct papBootstrapAddr));
   for (;;) {
     int n = 0;
     for (int r = 0; r < st->nranks; r++) {
@@ -271,8 +274,9 @@ static void* rootMain(void* arg) {
 }
 
 papcclResult_t papBootstrapRootStart(const union papSockAddr* bindAddr, int reuseAddr,
-                                     const unsigned char* key, int64_t timeoutS,
-                                     union papSockAddr* boundOut) {
+                                     const unsigned char* key, const unsigned char* commKey,
+                                     int64_t timeoutS, uint64_t bindDeadlineNs,
+                                     const volatile int* abortFlag, union papSockAddr* boundOut) {
   papcclResult_t res = papcclSuccess;
   struct rootState* st = NULL;
   pthread_attr_t attr;
@@ -284,9 +288,12 @@ papcclResult_t papBootstrapRootStart(const union papSockAddr* bindAddr, int reus
   st->nranks = -1;
   PAP_CHECK_GOTO(papCalloc(&st->pending, BS_ROOT_MAX_PENDING), res, out_free);
   PAP_CHECK_GOTO(papCalloc(&st->pfds, 1 + BS_ROOT_MAX_PENDING), res, out_free);
-  PAP_CHECK_GOTO(papSocketListen(bindAddr, reuseAddr, &st->listenFd, &st->addr), res, out_free);
+  PAP_CHECK_GOTO(
+      papSocketListen(bindAddr, reuseAddr, bindDeadlineNs, abortFlag, &st->listenFd, &st->addr),
+      res, out_free);
   papSocketAddrToString(&st->addr, st->addrStr, sizeof(st->addrStr));
   memcpy(st->key, key, PAP_BS_KEY_BYTES);
+  memcpy(st->commKey, commKey, PAP_BS_KEY_BYTES);
   st->timeoutS = timeoutS > 0 ? timeoutS : papParamTimeoutS();
   st->deadlineNs = papSocketDeadline(st->timeoutS);
   bound = st->addr; /* st belongs to the thread once it runs */

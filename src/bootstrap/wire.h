@@ -60,10 +60,13 @@ int papBootstrapCheckHdr(const unsigned char* raw, const unsigned char* key, int
 int papBootstrapHelloProgress(struct papBsHelloConn* c, const unsigned char* key, int type,
                               size_t payloadLen, char* why, size_t whyLen);
 
-/* Binds a listener on bindAddr and starts a detached thread that serves one rendezvous
- * for key, then exits (after timeoutS at most; <= 0: PAPCCL_TIMEOUT_S). */
+/* Binds a listener on bindAddr (retrying while the port is in use until bindDeadlineNs or
+ * *abortFlag; 0: one attempt) and starts a detached thread that serves one rendezvous for
+ * key, hands commKey to the ranks with the address table, then exits (after timeoutS at
+ * most; <= 0: PAPCCL_TIMEOUT_S). */
 papcclResult_t papBootstrapRootStart(const union papSockAddr* bindAddr, int reuseAddr,
-                                     const unsigned char* key, int64_t timeoutS,
-                                     union papSockAddr* boundOut);
+                                     const unsigned char* key, const unsigned char* commKey,
+                                     int64_t timeoutS, uint64_t bindDeadlineNs,
+                                     const volatile int* abortFlag, union papSockAddr* boundOut);
 
 #endif /* PAPCCL_BOOTSTRAP_WIRE_H_ */

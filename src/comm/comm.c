@@ -429,6 +429,7 @@ out:
 }
 
 PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm) {
+  if (comm == NULL) return papcclSuccess; /* as NCCL */
   PAP_CHECK(papCommEnter(comm, "papcclCommDestroy"));
   papcclResult_t res = papcclSuccess;
   while (atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0) {
@@ -557,8 +558,9 @@ PAPCCL_API papcclResult_t papcclCommSplit(papcclComm_t comm, int color, int key,
     uint64_t k0, k1;
     memcpy(&k0, comm->key, 8);
     memcpy(&k1, comm->key + 8, 8);
-    k0 = mix64(k0 ^ mix64(splitNo * 2 + 1));
-    k1 = mix64(k1 ^ mix64((uint64_t)(uint32_t)color + 0x1234567));
+    uint64_t salt = mix64(splitNo * 2 + 1) ^ mix64((uint64_t)(uint32_t)color + 0x1234567);
+    k0 = mix64(k0 ^ salt);
+    k1 = mix64(k1 ^ mix64(salt));
     memcpy(ckey, &k0, 8);
     memcpy(ckey + 8, &k1, 8);
     PAP_CHECK_GOTO(papBootstrapCreate(newRank, newN, ckey, (const volatile int*)&child->abortFlag,

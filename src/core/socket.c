@@ -18,8 +18,8 @@
 #include "log.h"
 #include "param.h"
 
-#define CONNECT_BACKOFF_MIN_MS 10
-#define CONNECT_BACKOFF_MAX_MS 200
+#define BACKOFF_MIN_MS 10 /* connect and bind retries */
+#define BACKOFF_MAX_MS 200
 
 socklen_t papSocketAddrLen(const union papSockAddr* a) {
   if (a->sa.sa_family == AF_INET) return sizeof(struct sockaddr_in);
@@ -206,21 +206,32 @@ static void setNoDelay(int fd) {
   (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-papcclResult_t papSocketListen(const union papSockAddr* addr, int reuseAddr, int* fdOut,
-                               union papSockAddr* boundOut) {
+/* Sleeps until wakeNs in poll slices. 0: woke; 1: deadlineNs passed; 2: *abortFlag set. */
+static int sleepUntil(uint64_t wakeNs, uint64_t deadlineNs, const volatile int* abortFlag) {
+  for (;;) {
+    if (papSocketAborted(abortFlag)) return 2;
+    uint64_t now = papNowNs();
+    if (now >= deadlineNs) return 1;
+    if (now >= wakeNs) return 0;
+    uint64_t stop = wakeNs < deadlineNs ? wakeNs : deadlineNs;
+    uint64_t ms = (stop - now + 999999) / 1000000;
+    poll(NULL, 0, ms < PAP_SOCKET_POLL_SLICE_MS ? (int)ms : PAP_SOCKET_POLL_SLICE_MS);
+  }
+}
+
+/* One attempt. Returns 0, or the errno of a failed bind (logged unless EADDRINUSE), or -1
+ * for any other failure (logged). */
+static int listenOnce(const union papSockAddr* addr, int reuseAddr, int* fdOut,
+                      union papSockAddr* boundOut) {
   char str[PAP_SOCKET_ADDR_STRLEN];
   union papSockAddr bound;
   socklen_t len = papSocketAddrLen(addr);
-  int fd;
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int ret = -1;
 
-  if (len == 0) {
-    PAP_WARN("cannot listen on %s", papSocketAddrToString(addr, str, sizeof(str)));
-    return papcclInvalidArgument;
-  }
-  fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     PAP_WARN("socket failed: %s", strerror(errno));
-    return papcclSystemError;
+    return -1;
   }
   if (reuseAddr) {
     int one = 1;
@@ -230,8 +241,11 @@ papcclResult_t papSocketListen(const union papSockAddr* addr, int reuseAddr, int
     }
   }
   if (bind(fd, &addr->sa, len) != 0) {
-    PAP_WARN("bind to %s failed: %s", papSocketAddrToString(addr, str, sizeof(str)),
-             strerror(errno));
+    ret = errno;
+    if (ret != EADDRINUSE) {
+      PAP_WARN("bind to %s failed: %s", papSocketAddrToString(addr, str, sizeof(str)),
+               strerror(ret));
+    }
     goto out_close;
   }
   if (listen(fd, SOMAXCONN) != 0) {
@@ -247,11 +261,37 @@ papcclResult_t papSocketListen(const union papSockAddr* addr, int reuseAddr, int
   }
   *fdOut = fd;
   if (boundOut != NULL) *boundOut = bound;
-  return papcclSuccess;
+  return 0;
 
 out_close:
   close(fd);
-  return papcclSystemError;
+  return ret;
+}
+
+papcclResult_t papSocketListen(const union papSockAddr* addr, int reuseAddr, uint64_t deadlineNs,
+                               const volatile int* abortFlag, int* fdOut,
+                               union papSockAddr* boundOut) {
+  char str[PAP_SOCKET_ADDR_STRLEN];
+  int backoffMs = BACKOFF_MIN_MS;
+
+  if (papSocketAddrLen(addr) == 0) {
+    PAP_WARN("cannot listen on %s", papSocketAddrToString(addr, str, sizeof(str)));
+    return papcclInvalidArgument;
+  }
+  for (;;) {
+    int err = listenOnce(addr, reuseAddr, fdOut, boundOut);
+    if (err == 0) return papcclSuccess;
+    if (err != EADDRINUSE) return papcclSystemError;
+    /* Someone holds the port for now (an old root closing, a connection passing through). */
+    uint64_t wakeNs = papNowNs() + (uint64_t)backoffMs * 1000000ull;
+    int why = sleepUntil(wakeNs, deadlineNs, abortFlag);
+    if (why != 0) {
+      PAP_WARN("bind to %s failed: %s%s", papSocketAddrToString(addr, str, sizeof(str)),
+               strerror(EADDRINUSE), why == 2 ? " (aborted while retrying)" : "");
+      return why == 2 ? papcclRemoteError : papcclSystemError;
+    }
+    backoffMs = backoffMs * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoffMs * 2;
+  }
 }
 
 papcclResult_t papSocketAccept(int listenFd, int* fdOut, union papSockAddr* peerOut) {
@@ -323,8 +363,7 @@ papcclResult_t papSocketConnect(const union papSockAddr* addr, uint64_t deadline
                                 const volatile int* abortFlag, const char* what, int* fdOut) {
   char str[PAP_SOCKET_ADDR_STRLEN];
   socklen_t len = papSocketAddrLen(addr);
-  int backoffMs = CONNECT_BACKOFF_MIN_MS;
-  int lastErr = 0;
+  int backoffMs = BACKOFF_MIN_MS;
   papcclResult_t res;
 
   if (len == 0) {
@@ -363,25 +402,17 @@ papcclResult_t papSocketConnect(const union papSockAddr* addr, uint64_t deadline
                what, strerror(err));
       return papcclSystemError;
     }
-    lastErr = err;
     /* Nobody listens yet (the root may start after us): back off, still watching abort. */
-    uint64_t wakeNs = papNowNs() + (uint64_t)backoffMs * 1000000ull;
-    for (;;) {
-      if (papSocketAborted(abortFlag)) {
-        PAP_WARN("aborted while %s", what);
-        return papcclRemoteError;
-      }
-      uint64_t now = papNowNs();
-      if (now >= deadlineNs) {
-        PAP_WARN("timeout while %s (last error: %s)", what, strerror(lastErr));
-        return papcclRemoteError;
-      }
-      if (now >= wakeNs) break;
-      uint64_t stop = wakeNs < deadlineNs ? wakeNs : deadlineNs;
-      uint64_t ms = (stop - now + 999999) / 1000000;
-      poll(NULL, 0, ms < PAP_SOCKET_POLL_SLICE_MS ? (int)ms : PAP_SOCKET_POLL_SLICE_MS);
+    int why = sleepUntil(papNowNs() + (uint64_t)backoffMs * 1000000ull, deadlineNs, abortFlag);
+    if (why == 2) {
+      PAP_WARN("aborted while %s", what);
+      return papcclRemoteError;
     }
-    backoffMs = backoffMs * 2 > CONNECT_BACKOFF_MAX_MS ? CONNECT_BACKOFF_MAX_MS : backoffMs * 2;
+    if (why == 1) {
+      PAP_WARN("timeout while %s (last error: %s)", what, strerror(err));
+      return papcclRemoteError;
+    }
+    backoffMs = backoffMs * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoffMs * 2;
   }
 }
 

@@ -40,9 +40,11 @@ papcclResult_t papSocketFindIfAddr(union papSockAddr* addrOut, char* ifnameOut, 
 papcclResult_t papSocketParseHostPort(const char* str, union papSockAddr* addrOut);
 
 /* A non-blocking, close-on-exec TCP listener bound to addr (port 0: ephemeral). With
- * reuseAddr the port may be rebound while old connections linger in TIME_WAIT. boundOut gets
- * the address actually bound (the ephemeral port filled in). */
-papcclResult_t papSocketListen(const union papSockAddr* addr, int reuseAddr, int* fdOut,
+ * reuseAddr the port may be rebound while old connections linger in TIME_WAIT. While the port
+ * is in use (EADDRINUSE) it retries until deadlineNs (0: one attempt) or *abortFlag. boundOut
+ * gets the address actually bound (the ephemeral port filled in). */
+papcclResult_t papSocketListen(const union papSockAddr* addr, int reuseAddr, uint64_t deadlineNs,
+                               const volatile int* abortFlag, int* fdOut,
                                union papSockAddr* boundOut);
 
 /* One non-blocking accept: *fdOut is a non-blocking connection, or -1 when none is pending. */

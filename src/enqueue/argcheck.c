@@ -36,7 +36,44 @@ papcclResult_t papArgCheckOp(struct papComm* comm, const char* fn, papcclRedOp_t
     return papcclSuccess;
   case papcclAvg:
     d->red = PAP_RED_SUM;
-    d->avg = 1;
+    if (dtype <= papcclUint64) {
+      d->avg = 1; /* integers: sum, then divide (truncating), as NCCL */
+      return papcclSuccess;
+    }
+    /* Floating types: each input is pre-multiplied by 1/nranks rounded to the type, then
+     * summed, as NCCL does, so results match NCCL bit for bit. */
+    d->preMul = 1;
+    memset(d->scalar, 0, sizeof(d->scalar));
+    {
+      double inv = 1.0 / (double)comm->nranks;
+      float invf = (float)inv;
+      uint16_t h;
+      uint8_t q;
+      switch (dtype) {
+      case papcclFloat16:
+        h = papKernFloatToHalf(invf);
+        memcpy(d->scalar, &h, sizeof(h));
+        break;
+      case papcclBfloat16:
+        h = papKernFloatToBf16(invf);
+        memcpy(d->scalar, &h, sizeof(h));
+        break;
+      case papcclFloat8e4m3:
+        q = papKernFloatToE4m3(invf);
+        memcpy(d->scalar, &q, sizeof(q));
+        break;
+      case papcclFloat8e5m2:
+        q = papKernFloatToE5m2(invf);
+        memcpy(d->scalar, &q, sizeof(q));
+        break;
+      case papcclFloat32:
+        memcpy(d->scalar, &invf, sizeof(invf));
+        break;
+      default:
+        memcpy(d->scalar, &inv, sizeof(inv));
+        break;
+      }
+    }
     return papcclSuccess;
   default:
     break;

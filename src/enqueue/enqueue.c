@@ -102,6 +102,32 @@ static papcclResult_t buildPlan(struct papComm* comm, struct papOpDesc* ops, int
   return papcclSuccess;
 }
 
+/* A peer this rank still waits on (an unfinished step names it) whose process is gone will
+ * never deliver: fail now instead of at the timeout. A peer that finished its part and left
+ * is fine, and so is one whose last messages already sit in our FIFO: one more progress pass
+ * decides. */
+static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
+  for (int c = 0; c < ncomms; c++) {
+    struct papComm* comm = comms[c];
+    struct papEngine* e = &comm->engine;
+    PAP_CHECK(comm->tops->progress(comm->tstate));
+    int end = e->first + e->window;
+    if (end > e->nsteps) end = e->nsteps;
+    for (int i = e->first; i < end; i++) {
+      struct papStep* s = &e->steps[i];
+      if (s->state == PAP_STEP_DONE || s->peer < 0) continue;
+      if (comm->tops->peerAlive(comm->tstate, s->peer)) continue;
+      int progressed = 0;
+      PAP_CHECK(papEngineProgress(e, &progressed));
+      if (progressed) return papcclSuccess;
+      PAP_WARN("peer %d (pid %d) exited while rank %d waits for it", s->peer,
+               comm->pids[s->peer], comm->rank);
+      return papcclRemoteError;
+    }
+  }
+  return papcclSuccess;
+}
+
 /* Drives the engines of comms[] until all plans are done, an error, abort or the deadline.
  * Spins PAPCCL_SPIN_US after the last progress (yielding the core), then sleeps on the
  * transport's doorbell; with several comms it sleeps in short slices instead. */
@@ -140,7 +166,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
     now = papNowNs();
     if (now >= nextHealth) {
       nextHealth = now + 100000000ull;
-      for (int c = 0; c < ncomms; c++) PAP_CHECK(comms[c]->tops->progress(comms[c]->tstate));
+      PAP_CHECK(checkPeers(comms, ncomms));
     }
     if (now >= deadline) {
       PAP_WARN("operation timed out after %lld s (PAPCCL_TIMEOUT_S): a peer is dead or did not "

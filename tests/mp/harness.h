@@ -10,7 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "papccl.h"
@@ -22,6 +25,7 @@ namespace papt {
 // While a test of the fixture below runs, every WARN the library logs is recorded. A WARN
 // inside an ExpectWarn scope whose patterns it matches (any WARN when the list is empty) is
 // expected; any other WARN fails the test at TearDown (in a forked child: at its exit).
+// Scopes of the thread that logs the WARN are tried first, then those of other threads.
 class ExpectWarn {
  public:
   explicit ExpectWarn(std::vector<std::string> patterns = {});
@@ -34,9 +38,11 @@ class ExpectWarn {
   // Internal: does msg belong to this scope?
   bool Matches(const std::string& msg) const;
   void Record(const std::string& msg);
+  std::thread::id Thread() const { return thread_; }
 
  private:
   std::vector<std::string> patterns_;
+  std::thread::id thread_;
   std::vector<std::string> seen_;
 };
 
@@ -75,6 +81,7 @@ class ScopedEnv {
 
 enum class Mode { kThreads, kProcesses };
 const char* ModeName(Mode m);
+inline void PrintTo(Mode m, std::ostream* os) { *os << ModeName(m); }
 
 // How threads-mode ranks create their communicators.
 enum class Init {
@@ -83,6 +90,7 @@ enum class Init {
   kGroupInit  // one thread: papcclGroupStart, papcclCommInitRankConfig per rank, papcclGroupEnd
 };
 const char* InitName(Init i);
+inline void PrintTo(Init i, std::ostream* os) { *os << InitName(i); }
 
 struct Rank {
   int rank;
@@ -97,6 +105,7 @@ using Body = std::function<void(Rank&)>;
 struct Options {
   Init init = Init::kInitRank;  // threads mode only
   bool makeComm = true;         // false: the body creates (and ends) its own communicator
+  bool makeId = true;           // with !makeComm in threads mode: false = no unique id either
   bool destroy = true;          // the harness calls papcclCommDestroy after the body, checked
   double deadlineS = 300;       // hang detector: processes are killed, threads abort the run
   // Processes mode: runs in the parent while the children run (e.g. to kill one of them).
@@ -203,17 +212,33 @@ class Buf {
 void SetElem(void* buf, papcclDataType_t t, size_t i, uint64_t bits);
 uint64_t GetElem(const void* buf, papcclDataType_t t, size_t i);
 
-// Runs case c as rank rk (every rank must call it with the same case), then checks the
-// result bit-exactly against the reference, the guard zones, and that an out-of-place input
-// was not modified. Records failures with the case description; returns true if all is well.
+// One collective of a case in three phases, so that several can share a group: the
+// constructor creates the op (pre-multiplied sum) and fills the inputs; Issue() makes the
+// API call (inside a group it is only recorded); Verify(), after completion, checks the result
+// bit-exactly against the reference, the guard zones, and that an out-of-place input was not
+// modified. Failures are recorded with the case description.
+class CaseRunner {
+ public:
+  CaseRunner(const Rank& rk, const Case& c);
+  ~CaseRunner();
+  CaseRunner(const CaseRunner&) = delete;
+  CaseRunner& operator=(const CaseRunner&) = delete;
+  bool Issue();
+  bool Verify();
+  const std::string& What() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> d_;
+};
+
+// Runs case c as rank rk (every rank must call it with the same case) and verifies it.
+// Returns true if all is well.
 bool RunCase(const Rank& rk, const Case& c);
 
 // Checks count elements of buf against expected(i); reports the first mismatches.
 bool CheckElems(const void* buf, papcclDataType_t t, size_t count,
                 const std::function<uint64_t(size_t)>& expected, const std::string& what);
-
-// Records a non-fatal failure from any thread with a formatted message.
-#define PAPT_FAIL(msg) ADD_FAILURE() << msg
 
 }  // namespace papt
 

@@ -50,6 +50,10 @@ struct Addr {
   unsigned char b[PAP_TEST_BS_ADDR_BYTES];
 };
 
+struct Key {
+  unsigned char b[PAP_TEST_BS_KEY_BYTES];
+};
+
 // Collects every WARN the library logs while installed.
 class WarnCapture {
  public:
@@ -200,16 +204,19 @@ std::vector<int> RunProcs(int n, const std::function<int(int)>& fn, double timeo
   return rcs;
 }
 
-int InitAndRun(const Id& id, int rank, int nranks) {
+// Init, check that every rank got the same communicator key (copied to keyOut when given),
+// run the workload, destroy.
+int InitAndRun(const Id& id, int rank, int nranks, unsigned char* keyOut = nullptr) {
   void* bs = nullptr;
   if (papTestBsInit(id.b, rank, nranks, nullptr, 60, &bs) != kSuccess) return 1;
-  unsigned char idKey[PAP_TEST_BS_KEY_BYTES];
-  unsigned char bsKey[PAP_TEST_BS_KEY_BYTES];
-  Addr root;
-  int rc = 0;
-  if (papTestBsIdInfo(id.b, root.b, idKey) != kSuccess) rc = 2;
-  papTestBsKey(bs, bsKey);
-  if (rc == 0 && memcmp(idKey, bsKey, sizeof(idKey)) != 0) rc = 3;
+  std::vector<unsigned char> keys(nranks * PAP_TEST_BS_KEY_BYTES);
+  unsigned char* mine = &keys[rank * PAP_TEST_BS_KEY_BYTES];
+  papTestBsKey(bs, mine);
+  if (keyOut != nullptr) memcpy(keyOut, mine, PAP_TEST_BS_KEY_BYTES);
+  int rc = papTestBsAllGather(bs, keys.data(), PAP_TEST_BS_KEY_BYTES) == kSuccess ? 0 : 2;
+  for (int r = 0; rc == 0 && r < nranks; r++) {
+    if (memcmp(&keys[r * PAP_TEST_BS_KEY_BYTES], mine, PAP_TEST_BS_KEY_BYTES) != 0) rc = 3;
+  }
   if (rc == 0) rc = RankWorkload(bs, rank, nranks);
   papTestBsDestroy(bs);
   return rc;
@@ -248,19 +255,30 @@ int SplitAndRun(void* parent, int rank, int nranks) {
   return rc;
 }
 
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (fd < 0 || bind(fd, (sockaddr*)&a, sizeof(a)) != 0 ||
-      getsockname(fd, (sockaddr*)&a, &len) != 0) {
-    if (fd >= 0) close(fd);
-    return -1;
+// A free port below the kernel's ephemeral range, as launchers choose for PAPCCL_COMM_ID: a
+// port inside the range could be taken as the source port of a connection meanwhile.
+int FreeFixedPort() {
+  int lo = 32768;
+  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    int hi = 0;
+    if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+    fclose(f);
   }
-  close(fd);
-  return ntohs(a.sin_port);
+  if (lo <= 10001) return -1;
+  std::mt19937 rng((unsigned)getpid() ^ (unsigned)Clock::now().time_since_epoch().count());
+  for (int attempt = 0; attempt < 200; attempt++) {
+    int port = 10000 + (int)(rng() % (unsigned)(lo - 10000));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons((uint16_t)port);
+    int ok = bind(fd, (sockaddr*)&a, sizeof(a)) == 0;
+    close(fd);
+    if (ok) return port;
+  }
+  return -1;
 }
 
 // Sets one PAPCCL_* variable for the scope (parameters are cached: reset on both ends).
@@ -355,9 +373,15 @@ TEST_P(BootstrapRanks, ThreadsInitAllGatherBarrier) {
   int n = GetParam();
   Id id;
   ASSERT_EQ(papTestBsGetUniqueId(id.b), kSuccess);
-  auto rcs = RunThreads(n, [&](int r) { return InitAndRun(id, r, n); });
+  std::vector<Key> keys(n);
+  auto rcs = RunThreads(n, [&](int r) { return InitAndRun(id, r, n, keys[r].b); });
   for (int r = 0; r < n; r++)
     EXPECT_EQ(rcs[r], 0) << "rank " << r;
+  // The id's random key is the communicator key.
+  Addr root;
+  Key idKey;
+  ASSERT_EQ(papTestBsIdInfo(id.b, root.b, idKey.b), kSuccess);
+  EXPECT_EQ(memcmp(keys[0].b, idKey.b, sizeof(Key)), 0);
 }
 
 TEST_P(BootstrapRanks, ProcessesInitAllGatherBarrier) {
@@ -412,28 +436,34 @@ INSTANTIATE_TEST_SUITE_P(Ranks, BootstrapRanks, ::testing::Values(1, 2, 3, 8),
 
 // Every rank computes the id itself; rank 0 arrives late and serves the root.
 TEST_F(BootstrapTest, CommIdThreads) {
-  int port = FreeLoopbackPort();
+  int port = FreeFixedPort();
   ASSERT_GT(port, 0);
   ScopedEnv env("PAPCCL_COMM_ID", "127.0.0.1:" + std::to_string(port));
   const int n = 3;
   std::vector<Id> ids(n);
+  std::vector<Key> keys[2] = {std::vector<Key>(n), std::vector<Key>(n)};
   auto rcs = RunThreads(n, [&](int r) {
     if (papTestBsGetUniqueId(ids[r].b) != kSuccess) return 1;
     if (r == 0) SleepMs(300);
-    return InitAndRun(ids[r], r, n);
+    return InitAndRun(ids[r], r, n, keys[0][r].b);
   });
   for (int r = 0; r < n; r++) {
     EXPECT_EQ(rcs[r], 0) << "rank " << r;
     EXPECT_EQ(memcmp(ids[r].b, ids[0].b, sizeof(Id)), 0) << "rank " << r;
   }
-  // The port is free again for the next communicator.
-  rcs = RunThreads(2, [&](int r) { return InitAndRun(ids[0], r, 2); });
+  // The port is free again for the next communicator, which gets a key of its own.
+  rcs = RunThreads(2, [&](int r) { return InitAndRun(ids[0], r, 2, keys[1][r].b); });
   for (int r = 0; r < 2; r++)
     EXPECT_EQ(rcs[r], 0) << "rank " << r;
+  Addr root;
+  Key idKey;
+  ASSERT_EQ(papTestBsIdInfo(ids[0].b, root.b, idKey.b), kSuccess);
+  EXPECT_NE(memcmp(keys[0][0].b, keys[1][0].b, sizeof(Key)), 0);
+  EXPECT_NE(memcmp(keys[0][0].b, idKey.b, sizeof(Key)), 0);
 }
 
 TEST_F(BootstrapTest, CommIdProcesses) {
-  int port = FreeLoopbackPort();
+  int port = FreeFixedPort();
   ASSERT_GT(port, 0);
   ScopedEnv env("PAPCCL_COMM_ID", "127.0.0.1:" + std::to_string(port));
   const int n = 4;
@@ -448,6 +478,47 @@ TEST_F(BootstrapTest, CommIdProcesses) {
       60);
   for (int r = 0; r < n; r++)
     EXPECT_EQ(rcs[r], 0) << "rank " << r;
+}
+
+// Rank 0 retries binding the PAPCCL_COMM_ID port while someone holds it for a moment, and
+// fails with a WARN (not a hang) when it stays taken.
+TEST_F(BootstrapTest, CommIdPortBusy) {
+  AllowWarn("Address already in use");
+  int port = FreeFixedPort();
+  ASSERT_GT(port, 0);
+  ScopedEnv env("PAPCCL_COMM_ID", "127.0.0.1:" + std::to_string(port));
+  auto holdPort = [&]() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons((uint16_t)port);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // past TIME_WAIT
+    EXPECT_EQ(bind(fd, (sockaddr*)&a, sizeof(a)), 0);
+    EXPECT_EQ(listen(fd, 1), 0);  // a listener blocks even SO_REUSEADDR binds
+    return fd;
+  };
+  Id id;
+  ASSERT_EQ(papTestBsGetUniqueId(id.b), kSuccess);
+  int blocker = holdPort();
+  std::thread release([&] {
+    SleepMs(300);
+    close(blocker);
+  });
+  auto t0 = Clock::now();
+  EXPECT_EQ(InitAndRun(id, 0, 1), 0);
+  EXPECT_GE(SecondsSince(t0), 0.25);  // it waited for the port
+  release.join();
+  EXPECT_EQ(warns_.Count("Address already in use"), 0);
+
+  blocker = holdPort();
+  t0 = Clock::now();
+  void* bs = nullptr;
+  EXPECT_EQ(papTestBsInit(id.b, 0, 1, nullptr, 2, &bs), 2 /* papcclSystemError */);
+  EXPECT_LT(SecondsSince(t0), 6.0);
+  EXPECT_EQ(warns_.Count("Address already in use"), 1);
+  close(blocker);
 }
 
 TEST_F(BootstrapTest, CommIdInvalid) {

@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* CUDA element-wise reduction kernels and their C-callable launcher, papKernReduceLaunch. */
+
+/* kernels.h declares the launcher only for CUDA builds; this file is one. */
+#ifndef PAPCCL_HAVE_CUDA
+#define PAPCCL_HAVE_CUDA 1
+#endif
+
+#include "kernels.h"
+
+#include "reduce_ops.h"
+
+extern "C" {
+#include "log.h"
+}
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+namespace {
+
+/* One functor struct per (type, op), wrapping the shared PAP_HD functor, so the kernel template
+ * instantiates 48 times from the X-macro lists and nothing else. */
+#define PAP_DEFINE_FN(dtype, name, T) \
+  struct FnSum_##name { \
+    typedef T Elt; \
+    __device__ __forceinline__ static T apply(T a, T b) { \
+      return papRedSum_##name(a, b); \
+    } \
+  }; \
+  struct FnProd_##name { \
+    typedef T Elt; \
+    __device__ __forceinline__ static T apply(T a, T b) { \
+      return papRedProd_##name(a, b); \
+    } \
+  }; \
+  struct FnMax_##name { \
+    typedef T Elt; \
+    __device__ __forceinline__ static T apply(T a, T b) { \
+      return papRedMax_##name(a, b); \
+    } \
+  }; \
+  struct FnMin_##name { \
+    typedef T Elt; \
+    __device__ __forceinline__ static T apply(T a, T b) { \
+      return papRedMin_##name(a, b); \
+    } \
+  };
+PAP_RED_TYPE_LIST(PAP_DEFINE_FN)
+#undef PAP_DEFINE_FN
+
+/* 256 threads = 8 warps per block: enough independent 16-byte loads in flight per SM with
+ * several blocks resident, and a block size every architecture since sm_35 runs at full
+ * occupancy. */
+constexpr int kThreads = 256;
+/* The grid covers the work once up to this many blocks and then grid-strides. 1024 blocks of
+ * 256 threads is at least a full wave on every current GPU (an H100's 132 SMs hold 8 such blocks
+ * each, 1056 in all), and bounds the launch for huge counts, where a few loop trips per thread
+ * cost nothing next to the memory traffic. */
+constexpr unsigned kMaxBlocks = 1024;
+
+/* 16 bytes of elements, loaded and stored as one uint4 (ld/st.global.v4). */
+template <typename T>
+union Pack16 {
+  uint4 v;
+  T e[16 / sizeof(T)];
+};
+
+/* dst[i] = Fn(a[i], b[i]) for i < count. When all three pointers are 16-byte aligned the bulk
+ * runs as 16-byte packs and the remainder element by element; otherwise everything runs element
+ * by element (still coalesced, with narrower transactions). dst may alias a or b exactly: each
+ * element is read and written by the same thread, and no read-only (.nc) loads are used. */
+template <typename Fn>
+__global__ void __launch_bounds__(kThreads)
+    reduceKernel(typename Fn::Elt* dst, const typename Fn::Elt* a, const typename Fn::Elt* b,
+                 size_t count) {
+  typedef typename Fn::Elt T;
+  constexpr size_t kPerPack = 16 / sizeof(T);
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  size_t done = 0;
+  if ((((uintptr_t)dst | (uintptr_t)a | (uintptr_t)b) & 15) == 0) {
+    const size_t npacks = count / kPerPack;
+    const uint4* a4 = reinterpret_cast<const uint4*>(a);
+    const uint4* b4 = reinterpret_cast<const uint4*>(b);
+    uint4* d4 = reinterpret_cast<uint4*>(dst);
+    for (size_t p = tid; p < npacks; p += stride) {
+      Pack16<T> x;
+      Pack16<T> y;
+      x.v = a4[p];
+      y.v = b4[p];
+#pragma unroll
+      for (size_t k = 0; k < kPerPack; k++)
+        x.e[k] = Fn::apply(x.e[k], y.e[k]);
+      d4[p] = x.v;
+    }
+    done = npacks * kPerPack;
+  }
+  for (size_t i = done + tid; i < count; i += stride)
+    dst[i] = Fn::apply(a[i], b[i]);
+}
+
+template <typename Fn>
+const void* kernelOf() {
+  return reinterpret_cast<const void*>(&reduceKernel<Fn>);
+}
+
+/* The kernel for (datatype, op) and its element size, or NULL for an invalid pair. */
+const void* pickKernel(papcclDataType_t datatype, enum papRedKind op, size_t* eltSizeOut) {
+  switch (datatype) {
+#define PAP_KERNEL_CASE(dtype, name, T) \
+  case dtype: \
+    *eltSizeOut = sizeof(T); \
+    switch (op) { \
+    case PAP_RED_SUM: \
+      return kernelOf<FnSum_##name>(); \
+    case PAP_RED_PROD: \
+      return kernelOf<FnProd_##name>(); \
+    case PAP_RED_MAX: \
+      return kernelOf<FnMax_##name>(); \
+    case PAP_RED_MIN: \
+      return kernelOf<FnMin_##name>(); \
+    default: \
+      return NULL; \
+    }
+    PAP_RED_TYPE_LIST(PAP_KERNEL_CASE)
+#undef PAP_KERNEL_CASE
+  default:
+    return NULL;
+  }
+}
+
+}  // namespace
+
+extern "C" papcclResult_t papKernReduceLaunch(void* dst, const void* a, const void* b, size_t count,
+                                              papcclDataType_t datatype, enum papRedKind op,
+                                              struct CUstream_st* stream) {
+  size_t eltSize = 0;
+  const void* kernel = pickKernel(datatype, op, &eltSize);
+  if (kernel == NULL) {
+    PAP_WARN("reduce launch: invalid datatype %d or reduction kind %d", (int)datatype, (int)op);
+    return papcclInvalidArgument;
+  }
+  if (count == 0) return papcclSuccess; /* an empty grid is a launch error */
+
+  /* One thread per 16-byte pack (the element path needs no more threads than that either). */
+  size_t perPack = 16 / eltSize;
+  size_t packs = (count + perPack - 1) / perPack;
+  size_t blocks = (packs + kThreads - 1) / kThreads;
+  dim3 grid((unsigned)(blocks < kMaxBlocks ? blocks : kMaxBlocks));
+  dim3 block(kThreads);
+  void* args[] = {&dst, (void*)&a, (void*)&b, &count};
+  cudaError_t err = cudaLaunchKernel(kernel, grid, block, args, 0, (cudaStream_t)stream);
+  if (err != cudaSuccess) {
+    PAP_WARN("reduce launch: cudaLaunchKernel failed: %s (%s), count %zu, datatype %d, kind %d",
+             cudaGetErrorName(err), cudaGetErrorString(err), count, (int)datatype, (int)op);
+    return papcclUnhandledCudaError;
+  }
+  return papcclSuccess;
+}
