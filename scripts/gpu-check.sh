@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# GPU check for a machine with an NVIDIA GPU but without Debian's test packages: builds the
+# library for the given SM (default 90) with meson, builds the GPU test against GoogleTest
+# sources (GTEST_SRC, the googletest/ folder of a GoogleTest source tree), runs it, then runs
+# the host perf binaries there too. Results go to OUTDIR (default ./gpu-check-out).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ARCH="${ARCH:-90}"
+GTEST_SRC="${GTEST_SRC:-/usr/src/googletest/googletest}"
+OUTDIR="${OUTDIR:-$PWD/gpu-check-out}"
+B="${BUILD:-/tmp/papccl-gpu-build}"
+mkdir -p "$OUTDIR"
+log() { echo "== $*" | tee -a "$OUTDIR/summary.txt"; }
+
+log "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo 'nvidia-smi failed')"
+log "nvcc: $(nvcc --version | tail -1)"
+MESON="meson"
+command -v meson >/dev/null || MESON="python3 -m mesonbuild.mesonmain"
+$MESON setup "$B" -Dgpu_archs="$ARCH" -Dtests=false -Dbuildtype=release >"$OUTDIR/setup.log" 2>&1
+t0=$(date +%s)
+ninja -C "$B" >"$OUTDIR/build.log" 2>&1
+log "library + perf built for sm_$ARCH in $(( $(date +%s) - t0 )) s"
+
+G=/tmp/papccl-gtest
+mkdir -p "$G"
+g++ -O2 -std=c++17 -I"$GTEST_SRC/include" -I"$GTEST_SRC" -c "$GTEST_SRC/src/gtest-all.cc" -o "$G/gtest-all.o"
+g++ -O2 -std=c++17 -I"$GTEST_SRC/include" -I"$GTEST_SRC" -c "$GTEST_SRC/src/gtest_main.cc" -o "$G/gtest_main.o"
+CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}"
+g++ -O2 -std=c++17 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc -Isrc/core -I. -I"$GTEST_SRC/include" \
+  -I"$CUDA_HOME/include" tests/gpu/test_gpu_kernels.cc "$G/gtest-all.o" "$G/gtest_main.o" \
+  "$B/src/libpapccl.a" -L"$CUDA_HOME/lib64" -lcudart -lpthread -lrt -lm -o "$G/papccl_gpu"
+log "GPU tests"
+"$G/papccl_gpu" >"$OUTDIR/gpu-tests.txt" 2>&1 && log "GPU tests passed" || log "GPU tests FAILED"
+grep -E "OK \]|FAILED|PASSED|figure|SKIPPED \]" "$OUTDIR/gpu-tests.txt" | tee -a "$OUTDIR/summary.txt" || true
+
+log "host perf on this machine (memory floor, then papccl allreduce 2/4/8 ranks)"
+"$B/perf/memfloor" 2>&1 | tee -a "$OUTDIR/summary.txt"
+"$B/perf/memfloor" -t 1 2>&1 | tail -1 | sed "s/^/one thread: /" | tee -a "$OUTDIR/summary.txt"
+for n in 2 4 8; do
+  "$B/src/launcher/papcclrun" -n "$n" "$B/perf/all_reduce_perf" -b 8 -e 8 -n 2000 -w 100 \
+    >"$OUTDIR/allreduce_n${n}_8B.txt" 2>&1 || log "all_reduce_perf -n $n 8 B failed"
+  "$B/src/launcher/papcclrun" -n "$n" "$B/perf/all_reduce_perf" -b 64M -e 64M -n 10 -w 3 \
+    >"$OUTDIR/allreduce_n${n}_64M.txt" 2>&1 || log "all_reduce_perf -n $n 64 MiB failed"
+  cat "$OUTDIR/allreduce_n${n}_8B.txt" "$OUTDIR/allreduce_n${n}_64M.txt" |
+    grep -E "^ +(8|67108864) " | sed "s/^/n=$n /" | tee -a "$OUTDIR/summary.txt"
+done
+if command -v mpirun >/dev/null && [ -x "$B/perf/mpi_allreduce_bench" ]; then
+  log "Open MPI on the same machine"
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$B/perf/mpi_allreduce_bench" 2>&1 |
+    tail -20 | tee -a "$OUTDIR/summary.txt" || true
+fi
