@@ -11,7 +11,7 @@
 #define PAPCCL_PATCH 0
 #define PAPCCL_SUFFIX ""
 /* Same encoding as NCCL_VERSION for versions after 2.8. */
-#define PAPCCL_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define PAPCCL_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
 #define PAPCCL_VERSION_CODE PAPCCL_VERSION(PAPCCL_MAJOR, PAPCCL_MINOR, PAPCCL_PATCH)
 
 #if defined(_WIN32)
@@ -81,14 +81,14 @@ typedef struct papcclConfig_v1 {
 } papcclConfig_t;
 
 #define PAPCCL_CONFIG_MAGIC 0xcafebeef
-#define PAPCCL_CONFIG_INITIALIZER                                                            \
-  {                                                                                          \
-    sizeof(papcclConfig_t), PAPCCL_CONFIG_MAGIC, PAPCCL_VERSION_CODE,                        \
-        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT,           \
-        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_PTR, PAPCCL_CONFIG_UNDEF_INT,           \
-        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_PTR, PAPCCL_CONFIG_UNDEF_INT,           \
-        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT,           \
-        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT                                     \
+#define PAPCCL_CONFIG_INITIALIZER \
+  { \
+    sizeof(papcclConfig_t), PAPCCL_CONFIG_MAGIC, PAPCCL_VERSION_CODE, PAPCCL_CONFIG_UNDEF_INT, \
+        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT, \
+        PAPCCL_CONFIG_UNDEF_PTR, PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT, \
+        PAPCCL_CONFIG_UNDEF_PTR, PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT, \
+        PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT, PAPCCL_CONFIG_UNDEF_INT, \
+        PAPCCL_CONFIG_UNDEF_INT \
   }
 
 /* Reduction operations: NCCL's values. Values >= papcclNumOps are custom operations made
@@ -126,7 +126,7 @@ typedef enum {
 } papcclDataType_t;
 
 typedef enum {
-  papcclScalarDevice = 0,       /* scalar is in device memory, read when the op runs */
+  papcclScalarDevice = 0, /* scalar is in device memory, read when the op runs */
   papcclScalarHostImmediate = 1 /* scalar is in host memory, read at creation */
 } papcclScalarResidence_t;
 
@@ -153,8 +153,8 @@ PAPCCL_API const char* papcclGetLastError(papcclComm_t comm);
 /* Creates rank `rank` of an nranks-rank communicator. Blocks until every rank has joined
  * (or PAPCCL_TIMEOUT_S passes). Inside papcclGroupStart/End the work is deferred to
  * papcclGroupEnd, so one thread may create several ranks. Thread-safe. */
-PAPCCL_API papcclResult_t papcclCommInitRank(papcclComm_t* comm, int nranks,
-                                             papcclUniqueId commId, int rank);
+PAPCCL_API papcclResult_t papcclCommInitRank(papcclComm_t* comm, int nranks, papcclUniqueId commId,
+                                             int rank);
 /* As papcclCommInitRank with a config (NULL = defaults). With config->blocking == 0 the call
  * may return papcclInProgress; poll papcclCommGetAsyncError until it returns papcclSuccess. */
 PAPCCL_API papcclResult_t papcclCommInitRankConfig(papcclComm_t* comm, int nranks,
@@ -197,18 +197,18 @@ PAPCCL_API papcclResult_t papcclAllReduce(const void* sendbuff, void* recvbuff, 
                                           papcclDataType_t datatype, papcclRedOp_t op,
                                           papcclComm_t comm, papcclStream_t stream);
 PAPCCL_API papcclResult_t papcclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                                          papcclDataType_t datatype, int root,
-                                          papcclComm_t comm, papcclStream_t stream);
+                                          papcclDataType_t datatype, int root, papcclComm_t comm,
+                                          papcclStream_t stream);
 /* In-place broadcast (deprecated in NCCL; kept for compatibility). */
-PAPCCL_API papcclResult_t papcclBcast(void* buff, size_t count, papcclDataType_t datatype,
-                                      int root, papcclComm_t comm, papcclStream_t stream);
+PAPCCL_API papcclResult_t papcclBcast(void* buff, size_t count, papcclDataType_t datatype, int root,
+                                      papcclComm_t comm, papcclStream_t stream);
 PAPCCL_API papcclResult_t papcclReduce(const void* sendbuff, void* recvbuff, size_t count,
                                        papcclDataType_t datatype, papcclRedOp_t op, int root,
                                        papcclComm_t comm, papcclStream_t stream);
 /* sendcount elements per rank; recvbuff holds nranks * sendcount. */
-PAPCCL_API papcclResult_t papcclAllGather(const void* sendbuff, void* recvbuff,
-                                          size_t sendcount, papcclDataType_t datatype,
-                                          papcclComm_t comm, papcclStream_t stream);
+PAPCCL_API papcclResult_t papcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                          papcclDataType_t datatype, papcclComm_t comm,
+                                          papcclStream_t stream);
 /* sendbuff holds nranks * recvcount; rank r receives block r reduced. */
 PAPCCL_API papcclResult_t papcclReduceScatter(const void* sendbuff, void* recvbuff,
                                               size_t recvcount, papcclDataType_t datatype,
@@ -231,9 +231,8 @@ PAPCCL_API papcclResult_t papcclScatter(const void* sendbuff, void* recvbuff, si
 
 /* Blocking outside a group; inside a group all sends and receives complete together at
  * papcclGroupEnd, whatever their order (no deadlock for exchanges). */
-PAPCCL_API papcclResult_t papcclSend(const void* sendbuff, size_t count,
-                                     papcclDataType_t datatype, int peer, papcclComm_t comm,
-                                     papcclStream_t stream);
+PAPCCL_API papcclResult_t papcclSend(const void* sendbuff, size_t count, papcclDataType_t datatype,
+                                     int peer, papcclComm_t comm, papcclStream_t stream);
 PAPCCL_API papcclResult_t papcclRecv(void* recvbuff, size_t count, papcclDataType_t datatype,
                                      int peer, papcclComm_t comm, papcclStream_t stream);
 

@@ -14,7 +14,12 @@ extern "C" {
 
 /* Element-wise operations the loops implement. papcclAvg runs as SUM then papKernHostDivide;
  * pre-multiplied sum runs as papKernHostScale then SUM. */
-enum papRedKind { PAP_RED_SUM = 0, PAP_RED_PROD = 1, PAP_RED_MAX = 2, PAP_RED_MIN = 3 };
+enum papRedKind {
+  PAP_RED_SUM = 0,
+  PAP_RED_PROD = 1,
+  PAP_RED_MAX = 2,
+  PAP_RED_MIN = 3
+};
 
 /* Bytes per element of datatype; 0 for an invalid type. */
 size_t papKernTypeSize(papcclDataType_t datatype);
@@ -26,8 +31,7 @@ void papKernHostReduce(void* dst, const void* a, const void* b, size_t count,
 void papKernHostScale(void* dst, const void* src, size_t count, papcclDataType_t datatype,
                       const void* scalar);
 /* dst[i] = src[i] / n (integers truncate toward zero, as NCCL's avg). dst may alias src. */
-void papKernHostDivide(void* dst, const void* src, size_t count, papcclDataType_t datatype,
-                       int n);
+void papKernHostDivide(void* dst, const void* src, size_t count, papcclDataType_t datatype, int n);
 
 /* Scalar conversions used by tests and the CPU path (round to nearest even; fp8 saturates to
  * the largest finite value as NCCL does; NaN stays NaN). */

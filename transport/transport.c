@@ -19,7 +19,6 @@ const struct papTransportOps* papTransportSelect(const struct papTransportCtx* c
   if (force)
     PAP_WARN("transport '%s' (PAPCCL_TRANSPORT) cannot reach peer %d", force, peer);
   else
-    PAP_WARN("no transport can reach peer %d (different host and no network backend built)",
-             peer);
+    PAP_WARN("no transport can reach peer %d (different host and no network backend built)", peer);
   return NULL;
 }

@@ -10,20 +10,24 @@
 
 #define PAP_TRANSPORT_HANDLE_BYTES 128 /* listen handle swapped through the bootstrap */
 
-enum papMemType { PAP_MEM_HOST = 0, PAP_MEM_DEVICE = 1, PAP_MEM_HOST_PINNED = 2 };
+enum papMemType {
+  PAP_MEM_HOST = 0,
+  PAP_MEM_DEVICE = 1,
+  PAP_MEM_HOST_PINNED = 2
+};
 
 /* The narrow context a backend gets at init: never the communicator. */
 struct papTransportCtx {
   int rank;
   int nranks;
-  const unsigned char* key;        /* 16 bytes, the same on every rank */
-  const uint64_t* hostIds;         /* [nranks]; peers with the same id share a host */
-  const int* pids;                 /* [nranks]; process ids (same host only) */
-  const volatile int* abortFlag;   /* nonzero: give up waits */
+  const unsigned char* key; /* 16 bytes, the same on every rank */
+  const uint64_t* hostIds; /* [nranks]; peers with the same id share a host */
+  const int* pids; /* [nranks]; process ids (same host only) */
+  const volatile int* abortFlag; /* nonzero: give up waits */
 };
 
 struct papConn; /* one per (backend, peer); owned by the backend */
-struct papReq;  /* one per posted isend/irecv; owned by the backend */
+struct papReq; /* one per posted isend/irecv; owned by the backend */
 
 /* Optional consumer for irecv: instead of copying into buf, the backend hands each piece of
  * the message to fn in order (offset within the message, bytes). Lets the engine reduce
@@ -50,8 +54,8 @@ struct papTransportOps {
    * conn match in posting order; tag is checked (a mismatch is an internal error). */
   papcclResult_t (*isend)(struct papConn* conn, const void* buf, size_t bytes, int memType,
                           uint64_t tag, struct papReq** reqOut);
-  papcclResult_t (*irecv)(struct papConn* conn, void* buf, size_t bytes, int memType,
-                          uint64_t tag, const struct papRecvSink* sink, struct papReq** reqOut);
+  papcclResult_t (*irecv)(struct papConn* conn, void* buf, size_t bytes, int memType, uint64_t tag,
+                          const struct papRecvSink* sink, struct papReq** reqOut);
   /* Advances req; *doneOut = 1 when complete (then req is released). */
   papcclResult_t (*test)(struct papReq* req, int* doneOut, size_t* sizeOut);
   /* Drives background work; returns papcclSuccess or an error. */

@@ -29,8 +29,10 @@ enum papAlgo papAlgoSelectAllReduce(size_t bytes, int nranks) {
      * to the automatic choice, which papParamAlgo's reader has not validated: warn once. */
     static int warned;
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-      PAP_WARN("PAPCCL_ALGO=%s is not an allreduce algorithm of this build (ring, rhd); "
-               "choosing automatically", force);
+      PAP_WARN(
+          "PAPCCL_ALGO=%s is not an allreduce algorithm of this build (ring, rhd); "
+          "choosing automatically",
+          force);
   }
   if (nranks <= 2) return bytes <= (size_t)papParamRhdMaxBytes() ? PAP_ALGO_RHD : PAP_ALGO_RING;
   return bytes <= (size_t)papParamRhdMaxBytes() ? PAP_ALGO_RHD : PAP_ALGO_RING;

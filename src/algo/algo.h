@@ -8,7 +8,11 @@
 
 #include "proxy/engine.h"
 
-enum papAlgo { PAP_ALGO_AUTO = 0, PAP_ALGO_RING, PAP_ALGO_RHD };
+enum papAlgo {
+  PAP_ALGO_AUTO = 0,
+  PAP_ALGO_RING,
+  PAP_ALGO_RHD
+};
 
 /* Appends the steps of op to the engine's plan. */
 papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op);
@@ -22,13 +26,13 @@ const char* papAlgoName(enum papAlgo a);
  * algorithms get their dependencies (RAW and WAR) right in place and out of place. */
 struct papGeom {
   const char* sendbuff; /* where unwritten units are read from */
-  char* recvbuff;       /* where units are written */
+  char* recvbuff; /* where units are written */
   size_t esz;
   int nblocks;
   size_t chunkElems;
-  size_t* blkOff;  /* [nblocks+1] element offsets */
-  int* unitOff;    /* [nblocks+1] first unit of each block */
-  int32_t* lastW;  /* [nunits] */
+  size_t* blkOff; /* [nblocks+1] element offsets */
+  int* unitOff; /* [nblocks+1] first unit of each block */
+  int32_t* lastW; /* [nunits] */
   int32_t* lastR;
   uint8_t* written;
   int nunits;

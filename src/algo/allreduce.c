@@ -7,12 +7,12 @@
 #include "log.h"
 #include "param.h"
 
-#define PLAN_OK(idx)                                                       \
-  do {                                                                     \
-    if ((idx) < 0) {                                                       \
-      PAP_WARN("allreduce: out of memory while building the plan");       \
-      return papcclSystemError;                                            \
-    }                                                                      \
+#define PLAN_OK(idx) \
+  do { \
+    if ((idx) < 0) { \
+      PAP_WARN("allreduce: out of memory while building the plan"); \
+      return papcclSystemError; \
+    } \
   } while (0)
 
 static papcclResult_t localCopy(struct papEngine* e, struct papOpDesc* op, size_t bytes) {
@@ -51,8 +51,13 @@ papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op) {
       int recvSeg = rs ? (r - s - 1 + n) % n : (r - s + n) % n;
       if (k < papGeomChunks(&g, sendSeg)) PLAN_OK(papGeomSend(e, &g, next, sendSeg, k));
       if (k < papGeomChunks(&g, recvSeg)) {
-        if (rs) PLAN_OK(papGeomRecvReduce(e, &g, prev, recvSeg, k, op->dtype, op->red));
-        else PLAN_OK(papGeomRecv(e, &g, prev, recvSeg, k));
+        if (rs) {
+          PLAN_OK(papGeomRecvReduce(e, &g, prev, recvSeg, k, op->dtype, op->red));
+        } else {
+          int idx = papGeomRecv(e, &g, prev, recvSeg, k);
+          PLAN_OK(idx);
+          if (t == nsteps - 1) papPlanMarkFinal(e, idx); /* the last step is never forwarded */
+        }
       }
     }
   }
@@ -80,8 +85,8 @@ static papcclResult_t exchangeReduceAll(struct papEngine* e, struct papGeom* g, 
       int ri = papPlanRecv(e, peer, tmp + off * g->esz, cnt * g->esz, g->lastW[u], -1);
       PLAN_OK(ri);
       const char* src = (g->written[u] ? g->recvbuff : g->sendbuff) + off * g->esz;
-      int di = papPlanReduce(e, g->recvbuff + off * g->esz, src, tmp + off * g->esz,
-                             cnt * g->esz, op->dtype, op->red, ri, si);
+      int di = papPlanReduce(e, g->recvbuff + off * g->esz, src, tmp + off * g->esz, cnt * g->esz,
+                             op->dtype, op->red, ri, si);
       PLAN_OK(di);
       g->lastW[u] = di;
       g->lastR[u] = -1;
@@ -101,7 +106,8 @@ papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op) {
   size_t bytes = op->count * esz;
   if (n == 1) return localCopy(e, op, bytes);
   int p2 = 1;
-  while (p2 * 2 <= n) p2 *= 2;
+  while (p2 * 2 <= n)
+    p2 *= 2;
   int rem = n - p2;
   int whole = bytes <= (size_t)papParamRdMaxBytes() || op->count < (size_t)p2;
   struct papGeom g;
@@ -114,9 +120,11 @@ papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op) {
     if (r % 2 == 0) {
       /* Give my vector to r+1, get the result back at the end. */
       for (int b = 0; b < g.nblocks; b++)
-        for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomSend(e, &g, r + 1, b, k));
+        for (int k = 0; k < papGeomChunks(&g, b); k++)
+          PLAN_OK(papGeomSend(e, &g, r + 1, b, k));
       for (int b = 0; b < g.nblocks; b++)
-        for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomRecv(e, &g, r + 1, b, k));
+        for (int k = 0; k < papGeomChunks(&g, b); k++)
+          PLAN_OK(papGeomRecv(e, &g, r + 1, b, k));
       return papcclSuccess;
     }
     for (int b = 0; b < g.nblocks; b++)
@@ -140,7 +148,8 @@ papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op) {
       int sendLo = (v & mask) ? lo : mid;
       int sendHi = (v & mask) ? mid : hi;
       for (int b = sendLo; b < sendHi; b++)
-        for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomSend(e, &g, peer, b, k));
+        for (int k = 0; k < papGeomChunks(&g, b); k++)
+          PLAN_OK(papGeomSend(e, &g, peer, b, k));
       for (int b = keepLo; b < keepHi; b++)
         for (int k = 0; k < papGeomChunks(&g, b); k++)
           PLAN_OK(papGeomRecvReduce(e, &g, peer, b, k, op->dtype, op->red));
@@ -152,16 +161,19 @@ papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op) {
       int mine = v & ~(mask - 1);
       int theirs = (v ^ mask) & ~(mask - 1);
       for (int b = mine; b < mine + mask; b++)
-        for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomSend(e, &g, peer, b, k));
+        for (int k = 0; k < papGeomChunks(&g, b); k++)
+          PLAN_OK(papGeomSend(e, &g, peer, b, k));
       for (int b = theirs; b < theirs + mask; b++)
-        for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomRecv(e, &g, peer, b, k));
+        for (int k = 0; k < papGeomChunks(&g, b); k++)
+          PLAN_OK(papGeomRecv(e, &g, peer, b, k));
     }
   }
 
   if (r < 2 * rem) {
     /* Return the result to the folded-out neighbour. */
     for (int b = 0; b < g.nblocks; b++)
-      for (int k = 0; k < papGeomChunks(&g, b); k++) PLAN_OK(papGeomSend(e, &g, r - 1, b, k));
+      for (int k = 0; k < papGeomChunks(&g, b); k++)
+        PLAN_OK(papGeomSend(e, &g, r - 1, b, k));
   }
   return papcclSuccess;
 }

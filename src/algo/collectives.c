@@ -7,16 +7,15 @@
 #include "log.h"
 #include "param.h"
 
-#define PLAN_OK(idx)                                                    \
-  do {                                                                  \
-    if ((idx) < 0) {                                                    \
-      PAP_WARN("out of memory while building a plan");                  \
-      return papcclSystemError;                                         \
-    }                                                                   \
+#define PLAN_OK(idx) \
+  do { \
+    if ((idx) < 0) { \
+      PAP_WARN("out of memory while building a plan"); \
+      return papcclSystemError; \
+    } \
   } while (0)
 
-static papcclResult_t copyIfNeeded(struct papEngine* e, void* dst, const void* src,
-                                   size_t bytes) {
+static papcclResult_t copyIfNeeded(struct papEngine* e, void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes) PLAN_OK(papPlanCopy(e, dst, src, bytes, -1, -1));
   return papcclSuccess;
 }
@@ -50,7 +49,9 @@ papcclResult_t papPlanAllGather(struct papEngine* e, struct papOpDesc* op) {
       } else {
         PLAN_OK(papGeomSend(e, &g, next, sendBlk, k));
       }
-      PLAN_OK(papGeomRecv(e, &g, prev, recvBlk, k));
+      int idx = papGeomRecv(e, &g, prev, recvBlk, k);
+      PLAN_OK(idx);
+      if (s == n - 2) papPlanMarkFinal(e, idx); /* the last step is never forwarded */
     }
   }
   return papcclSuccess;
@@ -109,8 +110,12 @@ papcclResult_t papPlanBroadcast(struct papEngine* e, struct papOpDesc* op) {
       PLAN_OK(papPlanSend(e, next, (const char*)op->sendbuff + off * esz, cnt * esz, -1, -1));
       continue;
     }
-    PLAN_OK(papGeomRecv(e, &g, prev, 0, k));
-    if (pos < n - 1) PLAN_OK(papGeomSend(e, &g, next, 0, k));
+    int idx = papGeomRecv(e, &g, prev, 0, k);
+    PLAN_OK(idx);
+    if (pos < n - 1)
+      PLAN_OK(papGeomSend(e, &g, next, 0, k));
+    else
+      papPlanMarkFinal(e, idx);
   }
   return papcclSuccess;
 }

@@ -106,7 +106,8 @@ static uint64_t mix64(uint64_t x) {
 }
 
 static uint64_t hashString(const char* s, uint64_t h) {
-  for (; *s; s++) h = mix64(h ^ (unsigned char)*s);
+  for (; *s; s++)
+    h = mix64(h ^ (unsigned char)*s);
   return h;
 }
 
@@ -174,18 +175,18 @@ static papcclResult_t commSetup(struct papComm* comm) {
   }
   PAP_CHECK_GOTO(comm->tops->init(&ctx, &comm->tstate), res, out);
   PAP_CHECK_GOTO(papCalloc(&handles, (size_t)n * PAP_TRANSPORT_HANDLE_BYTES), res, out);
-  PAP_CHECK_GOTO(comm->tops->listen(comm->tstate, handles +
-                                                      (size_t)comm->rank * PAP_TRANSPORT_HANDLE_BYTES),
-                 res, out);
+  PAP_CHECK_GOTO(
+      comm->tops->listen(comm->tstate, handles + (size_t)comm->rank * PAP_TRANSPORT_HANDLE_BYTES),
+      res, out);
   PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, handles, PAP_TRANSPORT_HANDLE_BYTES), res, out);
   for (int p = 0; p < n; p++) {
     if (p == comm->rank) continue;
     uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
     while (comm->conns[p] == NULL) {
-      PAP_CHECK_GOTO(comm->tops->connect(comm->tstate, p,
-                                         handles + (size_t)p * PAP_TRANSPORT_HANDLE_BYTES,
-                                         &comm->conns[p]),
-                     res, out);
+      PAP_CHECK_GOTO(
+          comm->tops->connect(comm->tstate, p, handles + (size_t)p * PAP_TRANSPORT_HANDLE_BYTES,
+                              &comm->conns[p]),
+          res, out);
       if (comm->conns[p] == NULL) {
         if (papNowNs() > deadline) {
           PAP_WARN("connecting to peer %d timed out", p);
@@ -198,11 +199,11 @@ static papcclResult_t commSetup(struct papComm* comm) {
   }
   PAP_CHECK_GOTO(papBootstrapBarrier(comm->bs), res, out);
   PAP_CHECK_GOTO(comm->tops->ready(comm->tstate), res, out);
-  PAP_CHECK_GOTO(papEngineInit(&comm->engine, comm->rank, n, comm->tops, comm->tstate,
-                               comm->conns, (const volatile int*)&comm->abortFlag),
+  PAP_CHECK_GOTO(papEngineInit(&comm->engine, comm->rank, n, comm->tops, comm->tstate, comm->conns,
+                               (const volatile int*)&comm->abortFlag),
                  res, out);
-  PAP_INFO(PAP_LOG_INIT, "comm %p rank %d nranks %d ready (transport %s)", (void*)comm,
-           comm->rank, n, comm->tops->name);
+  PAP_INFO(PAP_LOG_INIT, "comm %p rank %d nranks %d ready (transport %s)", (void*)comm, comm->rank,
+           n, comm->tops->name);
 out:
   free(handles);
   free(info);
@@ -230,9 +231,9 @@ static void commTeardown(struct papComm* comm) {
 
 papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueId* id) {
   papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
-  papcclResult_t res = papBootstrapInit(id, comm->rank, comm->nranks,
-                                        (const volatile int*)&comm->abortFlag,
-                                        papParamTimeoutS(), &comm->bs);
+  papcclResult_t res =
+      papBootstrapInit(id, comm->rank, comm->nranks, (const volatile int*)&comm->abortFlag,
+                       papParamTimeoutS(), &comm->bs);
   if (res == papcclSuccess) res = commSetup(comm);
   if (res == papcclSuccess) {
     atomic_store_explicit(&comm->asyncError, papcclSuccess, memory_order_release);
@@ -261,8 +262,10 @@ static papcclResult_t checkInitArgs(const char* fn, papcclComm_t* comm, int nran
   }
   if (config) {
     if (config->magic != PAPCCL_CONFIG_MAGIC) {
-      PAP_WARN("%s: config->magic %#x is wrong: initialize the config with "
-               "PAPCCL_CONFIG_INITIALIZER", fn, config->magic);
+      PAP_WARN(
+          "%s: config->magic %#x is wrong: initialize the config with "
+          "PAPCCL_CONFIG_INITIALIZER",
+          fn, config->magic);
       return papcclInvalidArgument;
     }
     if (config->size < offsetof(papcclConfig_t, blocking) + sizeof(int)) {
@@ -321,8 +324,8 @@ PAPCCL_API papcclResult_t papcclCommInitRankConfig(papcclComm_t* newcomm, int nr
   return papcclSuccess;
 }
 
-PAPCCL_API papcclResult_t papcclCommInitRank(papcclComm_t* comm, int nranks,
-                                             papcclUniqueId commId, int rank) {
+PAPCCL_API papcclResult_t papcclCommInitRank(papcclComm_t* comm, int nranks, papcclUniqueId commId,
+                                             int rank) {
   return papcclCommInitRankConfig(comm, nranks, commId, rank, NULL);
 }
 
@@ -377,7 +380,8 @@ PAPCCL_API papcclResult_t papcclCommInitAll(papcclComm_t* comms, int ndev, const
     }
     started++;
   }
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < started; i++)
+    pthread_join(th[i], NULL);
   for (int i = 0; i < started && res == papcclSuccess; i++)
     if (args[i].res != papcclSuccess) res = args[i].res;
   if (res != papcclSuccess) {
@@ -386,7 +390,8 @@ PAPCCL_API papcclResult_t papcclCommInitAll(papcclComm_t* comms, int ndev, const
       comms[i] = NULL;
     }
   } else {
-    for (int i = 0; i < ndev; i++) comms[i]->cudaDev = devlist ? devlist[i] : i;
+    for (int i = 0; i < ndev; i++)
+      comms[i]->cudaDev = devlist ? devlist[i] : i;
   }
   free(th);
 out_args:

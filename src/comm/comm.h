@@ -35,10 +35,10 @@ struct papComm {
   int cudaDev;
   int blocking;
   int finalized;
-  _Atomic int abortFlag;     /* written by abort (any thread); read by every wait */
-  _Atomic int activeCalls;   /* API calls inside the comm; destroy waits for 0 */
-  _Atomic int asyncError;    /* first error of the progress thread or a failed op */
-  _Atomic int pendingJobs;   /* queued non-blocking jobs; GetAsyncError says InProgress */
+  _Atomic int abortFlag; /* written by abort (any thread); read by every wait */
+  _Atomic int activeCalls; /* API calls inside the comm; destroy waits for 0 */
+  _Atomic int asyncError; /* first error of the progress thread or a failed op */
+  _Atomic int pendingJobs; /* queued non-blocking jobs; GetAsyncError says InProgress */
   char lastError[512];
 
   uint64_t collSeq; /* next collective sequence number (same on every rank) */
@@ -92,7 +92,10 @@ struct papJob {
   int nops;
   struct papOpDesc* ops;
 };
-enum { PAP_JOB_INIT = 1, PAP_JOB_OPS = 2 };
+enum {
+  PAP_JOB_INIT = 1,
+  PAP_JOB_OPS = 2
+};
 papcclResult_t papProgressStart(struct papComm* comm);
 papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job);
 void papProgressStop(struct papComm* comm);

@@ -8,19 +8,19 @@
 #include "kernels/kernels.h"
 #include "log.h"
 
-#define PAP_RESULT_LIST(X)                                                             \
-  X(papcclSuccess, "no error")                                                         \
+#define PAP_RESULT_LIST(X) \
+  X(papcclSuccess, "no error") \
   X(papcclUnhandledCudaError, "unhandled cuda error (run with PAPCCL_DEBUG=INFO for details)") \
   X(papcclSystemError, "unhandled system error (run with PAPCCL_DEBUG=INFO for details)") \
   X(papcclInternalError, "internal error - please report this issue to the papccl developers") \
   X(papcclInvalidArgument, "invalid argument (run with PAPCCL_DEBUG=WARN for details)") \
-  X(papcclInvalidUsage, "invalid usage (run with PAPCCL_DEBUG=WARN for details)")       \
-  X(papcclRemoteError, "remote process exited or there was a network error")           \
+  X(papcclInvalidUsage, "invalid usage (run with PAPCCL_DEBUG=WARN for details)") \
+  X(papcclRemoteError, "remote process exited or there was a network error") \
   X(papcclInProgress, "papccl operation in progress")
 
 PAPCCL_API const char* papcclGetErrorString(papcclResult_t result) {
 #define PAP_RESULT_CASE(code, text) \
-  case code:                        \
+  case code: \
     return text;
   switch (result) {
     PAP_RESULT_LIST(PAP_RESULT_CASE)
@@ -74,8 +74,10 @@ PAPCCL_API papcclResult_t papcclRedOpCreatePreMulSum(papcclRedOp_t* op, void* sc
     goto out;
   }
   if (residence != papcclScalarHostImmediate) {
-    PAP_WARN("%s: residence %d is not supported for host buffers: use "
-             "papcclScalarHostImmediate", fn, (int)residence);
+    PAP_WARN(
+        "%s: residence %d is not supported for host buffers: use "
+        "papcclScalarHostImmediate",
+        fn, (int)residence);
     res = (residence == papcclScalarDevice) ? papcclInvalidUsage : papcclInvalidArgument;
     goto out;
   }

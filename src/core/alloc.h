@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "papccl.h"
 #include "log.h"
+#include "papccl.h"
 
 static inline papcclResult_t papCallocBytes(void** out, size_t n, size_t elt, const char* what) {
   if (elt != 0 && n > SIZE_MAX / elt) {

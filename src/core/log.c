@@ -33,10 +33,18 @@ static const struct {
   const char* name;
   unsigned bit;
 } subsysNames[] = {
-    {"INIT", PAP_LOG_INIT}, {"BOOTSTRAP", PAP_LOG_BOOTSTRAP}, {"COLL", PAP_LOG_COLL},
-    {"PAP", PAP_LOG_PAP},   {"PROXY", PAP_LOG_PROXY},         {"NET", PAP_LOG_NET},
-    {"SHM", PAP_LOG_SHM},   {"UCX", PAP_LOG_UCX},             {"IB", PAP_LOG_IB},
-    {"REG", PAP_LOG_REG},   {"ALLOC", PAP_LOG_ALLOC},         {"ENV", PAP_LOG_ENV},
+    {"INIT", PAP_LOG_INIT},
+    {"BOOTSTRAP", PAP_LOG_BOOTSTRAP},
+    {"COLL", PAP_LOG_COLL},
+    {"PAP", PAP_LOG_PAP},
+    {"PROXY", PAP_LOG_PROXY},
+    {"NET", PAP_LOG_NET},
+    {"SHM", PAP_LOG_SHM},
+    {"UCX", PAP_LOG_UCX},
+    {"IB", PAP_LOG_IB},
+    {"REG", PAP_LOG_REG},
+    {"ALLOC", PAP_LOG_ALLOC},
+    {"ENV", PAP_LOG_ENV},
     {"ALL", (unsigned)PAP_LOG_ALL},
 };
 
@@ -90,11 +98,16 @@ static void logInitOnce(void) {
   const char* lvl = getenv("PAPCCL_DEBUG");
   int level = PAP_LOG_WARN; /* WARN is always useful: errors name their cause */
   if (lvl) {
-    if (strcasecmp(lvl, "NONE") == 0) level = PAP_LOG_NONE;
-    else if (strcasecmp(lvl, "VERSION") == 0) level = PAP_LOG_VERSION;
-    else if (strcasecmp(lvl, "WARN") == 0) level = PAP_LOG_WARN;
-    else if (strcasecmp(lvl, "INFO") == 0) level = PAP_LOG_INFO;
-    else if (strcasecmp(lvl, "TRACE") == 0) level = PAP_LOG_TRACE;
+    if (strcasecmp(lvl, "NONE") == 0)
+      level = PAP_LOG_NONE;
+    else if (strcasecmp(lvl, "VERSION") == 0)
+      level = PAP_LOG_VERSION;
+    else if (strcasecmp(lvl, "WARN") == 0)
+      level = PAP_LOG_WARN;
+    else if (strcasecmp(lvl, "INFO") == 0)
+      level = PAP_LOG_INFO;
+    else if (strcasecmp(lvl, "TRACE") == 0)
+      level = PAP_LOG_TRACE;
   }
   const char* sub = getenv("PAPCCL_DEBUG_SUBSYS");
   if (sub) papLogMaskCached = parseSubsys(sub);
@@ -156,8 +169,8 @@ void papLogPrintf(int level, unsigned subsys, const char* file, int line, const 
       fprintf(logFile, "%s:%d:%ld [%d] papccl %s %s (%s:%d)\n", logHost, (int)getpid(), tid,
               tlsRank, tag, msg, base, line);
     else
-      fprintf(logFile, "%s:%d:%ld papccl %s %s (%s:%d)\n", logHost, (int)getpid(), tid, tag,
-              msg, base, line);
+      fprintf(logFile, "%s:%d:%ld papccl %s %s (%s:%d)\n", logHost, (int)getpid(), tid, tag, msg,
+              base, line);
   }
   pthread_mutex_unlock(&logLock);
 }

@@ -51,22 +51,22 @@ typedef void (*papLogHookFn)(const char* msg, void* arg);
 void papLogSetWarnHook(papLogHookFn fn, void* arg);
 
 #define PAP_WARN(...) papLogPrintf(PAP_LOG_WARN, PAP_LOG_ALL, __FILE__, __LINE__, __VA_ARGS__)
-#define PAP_INFO(subsys, ...)                                                   \
-  do {                                                                          \
-    if (papLogLevelCached < 0) papLogInit();                                    \
-    if (papLogLevelCached >= PAP_LOG_INFO && (papLogMaskCached & (subsys)))     \
-      papLogPrintf(PAP_LOG_INFO, (subsys), __FILE__, __LINE__, __VA_ARGS__);    \
+#define PAP_INFO(subsys, ...) \
+  do { \
+    if (papLogLevelCached < 0) papLogInit(); \
+    if (papLogLevelCached >= PAP_LOG_INFO && (papLogMaskCached & (subsys))) \
+      papLogPrintf(PAP_LOG_INFO, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #ifdef PAP_ENABLE_TRACE
-#define PAP_TRACE(subsys, ...)                                                  \
-  do {                                                                          \
-    if (papLogLevelCached < 0) papLogInit();                                    \
-    if (papLogLevelCached >= PAP_LOG_TRACE && (papLogMaskCached & (subsys)))    \
-      papLogPrintf(PAP_LOG_TRACE, (subsys), __FILE__, __LINE__, __VA_ARGS__);   \
+#define PAP_TRACE(subsys, ...) \
+  do { \
+    if (papLogLevelCached < 0) papLogInit(); \
+    if (papLogLevelCached >= PAP_LOG_TRACE && (papLogMaskCached & (subsys))) \
+      papLogPrintf(PAP_LOG_TRACE, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #else
 #define PAP_TRACE(...) \
-  do {                 \
+  do { \
   } while (0)
 #endif
 

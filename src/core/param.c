@@ -31,36 +31,37 @@ static const char* readStr(const char* env, const char* def) {
   return s;
 }
 
-#define PAP_PARAM_DEF_INT(getter, env, def, doc)         \
-  static int getter##Valid;                              \
-  static int64_t getter##Value;                          \
-  int64_t papParam##getter(void) {                       \
+#define PAP_PARAM_DEF_INT(getter, env, def, doc) \
+  static int getter##Valid; \
+  static int64_t getter##Value; \
+  int64_t papParam##getter(void) { \
     if (__atomic_load_n(&getter##Valid, __ATOMIC_ACQUIRE)) return getter##Value; \
-    pthread_mutex_lock(&paramLock);                      \
-    if (!getter##Valid) {                                \
-      getter##Value = readInt(env, def);                 \
+    pthread_mutex_lock(&paramLock); \
+    if (!getter##Valid) { \
+      getter##Value = readInt(env, def); \
       __atomic_store_n(&getter##Valid, 1, __ATOMIC_RELEASE); \
-    }                                                    \
-    pthread_mutex_unlock(&paramLock);                    \
-    return getter##Value;                                \
+    } \
+    pthread_mutex_unlock(&paramLock); \
+    return getter##Value; \
   }
-#define PAP_PARAM_DEF_STR(getter, env, def, doc)         \
-  static int getter##Valid;                              \
-  static const char* getter##Value;                      \
-  const char* papParam##getter(void) {                   \
+#define PAP_PARAM_DEF_STR(getter, env, def, doc) \
+  static int getter##Valid; \
+  static const char* getter##Value; \
+  const char* papParam##getter(void) { \
     if (__atomic_load_n(&getter##Valid, __ATOMIC_ACQUIRE)) return getter##Value; \
-    pthread_mutex_lock(&paramLock);                      \
-    if (!getter##Valid) {                                \
-      getter##Value = readStr(env, def);                 \
+    pthread_mutex_lock(&paramLock); \
+    if (!getter##Valid) { \
+      getter##Value = readStr(env, def); \
       __atomic_store_n(&getter##Valid, 1, __ATOMIC_RELEASE); \
-    }                                                    \
-    pthread_mutex_unlock(&paramLock);                    \
-    return getter##Value;                                \
+    } \
+    pthread_mutex_unlock(&paramLock); \
+    return getter##Value; \
   }
 PAP_PARAM_INT_LIST(PAP_PARAM_DEF_INT)
 PAP_PARAM_STR_LIST(PAP_PARAM_DEF_STR)
 
-#define PAP_PARAM_RESET(getter, env, def, doc) __atomic_store_n(&getter##Valid, 0, __ATOMIC_RELEASE);
+#define PAP_PARAM_RESET(getter, env, def, doc) \
+  __atomic_store_n(&getter##Valid, 0, __ATOMIC_RELEASE);
 void papParamReset(void) {
   pthread_mutex_lock(&paramLock);
   PAP_PARAM_INT_LIST(PAP_PARAM_RESET)

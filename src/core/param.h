@@ -6,23 +6,23 @@
 #include <stdint.h>
 
 /* X(getter, env name, default, doc). Integer parameters. The README table lists these. */
-#define PAP_PARAM_INT_LIST(X)                                                                  \
+#define PAP_PARAM_INT_LIST(X) \
   X(TimeoutS, "PAPCCL_TIMEOUT_S", 600, "seconds any wait may last before it fails (dead peer)") \
-  X(SpinUs, "PAPCCL_SPIN_US", 50, "microseconds to poll before sleeping in a wait")             \
-  X(ChunkSize, "PAPCCL_CHUNK_SIZE", 262144, "bytes per pipeline chunk in collective plans")    \
-  X(ShmSlotSize, "PAPCCL_SHM_SLOT_SIZE", 65536, "bytes per shared-memory FIFO slot")           \
-  X(ShmSlots, "PAPCCL_SHM_NSLOTS", 8, "slots per peer FIFO (credits)")                          \
-  X(ShmStagingSize, "PAPCCL_SHM_STAGING_SIZE", 1048576, "bytes of per-rank staging slot")       \
-  X(RhdMaxBytes, "PAPCCL_RHD_MAX_BYTES", 262144, "allreduce below this uses rhd, above ring")   \
-  X(RdMaxBytes, "PAPCCL_RD_MAX_BYTES", 4096, "rhd below this exchanges whole vectors")          \
+  X(SpinUs, "PAPCCL_SPIN_US", 50, "microseconds to poll before sleeping in a wait") \
+  X(ChunkSize, "PAPCCL_CHUNK_SIZE", 262144, "bytes per pipeline chunk in collective plans") \
+  X(ShmSlotSize, "PAPCCL_SHM_SLOT_SIZE", 65536, "bytes per shared-memory FIFO slot") \
+  X(ShmSlots, "PAPCCL_SHM_NSLOTS", 8, "slots per peer FIFO (credits)") \
+  X(ShmStagingSize, "PAPCCL_SHM_STAGING_SIZE", 1048576, "bytes of per-rank staging slot") \
+  X(RhdMaxBytes, "PAPCCL_RHD_MAX_BYTES", 262144, "allreduce below this uses rhd, above ring") \
+  X(RdMaxBytes, "PAPCCL_RD_MAX_BYTES", 4096, "rhd below this exchanges whole vectors") \
   X(PipelineDepth, "PAPCCL_PIPELINE_DEPTH", 256, "plan steps scanned ahead by the engine")
 
 /* X(getter, env name, default, doc). String parameters (NULL default = unset). */
-#define PAP_PARAM_STR_LIST(X)                                                                  \
-  X(Algo, "PAPCCL_ALGO", NULL, "force an algorithm: ring or rhd (allreduce)")                  \
-  X(CommId, "PAPCCL_COMM_ID", NULL, "host:port of the bootstrap root (launchers set it)")      \
-  X(SocketIfname, "PAPCCL_SOCKET_IFNAME", NULL, "interface for bootstrap sockets")             \
-  X(Transport, "PAPCCL_TRANSPORT", NULL, "force a transport by name (shm)")                    \
+#define PAP_PARAM_STR_LIST(X) \
+  X(Algo, "PAPCCL_ALGO", NULL, "force an algorithm: ring or rhd (allreduce)") \
+  X(CommId, "PAPCCL_COMM_ID", NULL, "host:port of the bootstrap root (launchers set it)") \
+  X(SocketIfname, "PAPCCL_SOCKET_IFNAME", NULL, "interface for bootstrap sockets") \
+  X(Transport, "PAPCCL_TRANSPORT", NULL, "force a transport by name (shm)") \
   X(HostId, "PAPCCL_HOSTID", NULL, "override the host id (forces the network path in tests)")
 
 #define PAP_PARAM_DECL_INT(getter, env, def, doc) int64_t papParam##getter(void);

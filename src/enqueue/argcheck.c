@@ -3,8 +3,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "enqueue/enqueue.h"
 #include "check.h"
+#include "enqueue/enqueue.h"
 #include "kernels/kernels.h"
 #include "log.h"
 
@@ -92,8 +92,8 @@ papcclResult_t papArgCheckOp(struct papComm* comm, const char* fn, papcclRedOp_t
     return papcclInvalidArgument;
   }
   if (u.dtype != dtype) {
-    PAP_WARN("%s: reduction op %d was created for datatype %d, used with datatype %d", fn,
-             (int)op, (int)u.dtype, (int)dtype);
+    PAP_WARN("%s: reduction op %d was created for datatype %d, used with datatype %d", fn, (int)op,
+             (int)u.dtype, (int)dtype);
     return papcclInvalidArgument;
   }
   d->red = PAP_RED_SUM;

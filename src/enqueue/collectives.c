@@ -10,15 +10,17 @@
 
 /* Common checks and submission. sendMult/recvMult: buffer sizes in units of count (0: the
  * buffer is not used, NR: nranks * count). */
-static papcclResult_t collCommon(struct papOpDesc* d, const char* fn, int reduces,
-                                 papcclRedOp_t op, size_t sendMult, size_t recvMult,
-                                 int sendOnRootOnly, int recvOnRootOnly) {
+static papcclResult_t collCommon(struct papOpDesc* d, const char* fn, int reduces, papcclRedOp_t op,
+                                 size_t sendMult, size_t recvMult, int sendOnRootOnly,
+                                 int recvOnRootOnly) {
   struct papComm* comm = d->comm;
   PAP_CHECK(papCommEnter(comm, fn));
   papcclResult_t res = papcclSuccess;
   if (!comm->tstate && comm->nranks > 0 && atomic_load(&comm->pendingJobs) > 0) {
-    PAP_WARN("%s: communicator is still initializing (non-blocking init): poll "
-             "papcclCommGetAsyncError until it returns papcclSuccess", fn);
+    PAP_WARN(
+        "%s: communicator is still initializing (non-blocking init): poll "
+        "papcclCommGetAsyncError until it returns papcclSuccess",
+        fn);
     res = papcclInvalidUsage;
     goto out;
   }
@@ -71,16 +73,16 @@ PAPCCL_API papcclResult_t papcclAllReduce(const void* sendbuff, void* recvbuff, 
 }
 
 PAPCCL_API papcclResult_t papcclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                                          papcclDataType_t datatype, int root,
-                                          papcclComm_t comm, papcclStream_t stream) {
+                                          papcclDataType_t datatype, int root, papcclComm_t comm,
+                                          papcclStream_t stream) {
   (void)stream;
   struct papOpDesc d;
   describe(&d, comm, PAP_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, root);
   return collCommon(&d, "papcclBroadcast", 0, papcclSum, 1, 1, 1, 0);
 }
 
-PAPCCL_API papcclResult_t papcclBcast(void* buff, size_t count, papcclDataType_t datatype,
-                                      int root, papcclComm_t comm, papcclStream_t stream) {
+PAPCCL_API papcclResult_t papcclBcast(void* buff, size_t count, papcclDataType_t datatype, int root,
+                                      papcclComm_t comm, papcclStream_t stream) {
   (void)stream;
   struct papOpDesc d;
   describe(&d, comm, PAP_COLL_BROADCAST, buff, buff, count, datatype, root);
@@ -96,9 +98,9 @@ PAPCCL_API papcclResult_t papcclReduce(const void* sendbuff, void* recvbuff, siz
   return collCommon(&d, "papcclReduce", 1, op, 1, 1, 0, 1);
 }
 
-PAPCCL_API papcclResult_t papcclAllGather(const void* sendbuff, void* recvbuff,
-                                          size_t sendcount, papcclDataType_t datatype,
-                                          papcclComm_t comm, papcclStream_t stream) {
+PAPCCL_API papcclResult_t papcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                          papcclDataType_t datatype, papcclComm_t comm,
+                                          papcclStream_t stream) {
   (void)stream;
   struct papOpDesc d;
   describe(&d, comm, PAP_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, 0);
@@ -142,9 +144,8 @@ PAPCCL_API papcclResult_t papcclScatter(const void* sendbuff, void* recvbuff, si
   return collCommon(&d, "papcclScatter", 0, papcclSum, NR, 1, 1, 0);
 }
 
-PAPCCL_API papcclResult_t papcclSend(const void* sendbuff, size_t count,
-                                     papcclDataType_t datatype, int peer, papcclComm_t comm,
-                                     papcclStream_t stream) {
+PAPCCL_API papcclResult_t papcclSend(const void* sendbuff, size_t count, papcclDataType_t datatype,
+                                     int peer, papcclComm_t comm, papcclStream_t stream) {
   (void)stream;
   struct papOpDesc d;
   describe(&d, comm, PAP_COLL_SEND, sendbuff, NULL, count, datatype, peer);

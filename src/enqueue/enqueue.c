@@ -41,8 +41,7 @@ static void finishOp(struct papOpDesc* op, papcclResult_t res) {
   if (res == papcclSuccess && op->avg && op->count) {
     struct papComm* comm = op->comm;
     int apply = op->coll != PAP_COLL_REDUCE || comm->rank == op->root;
-    if (apply)
-      papKernHostDivide(op->recvbuff, op->recvbuff, op->count, op->dtype, comm->nranks);
+    if (apply) papKernHostDivide(op->recvbuff, op->recvbuff, op->count, op->dtype, comm->nranks);
   }
   free(op->tmp);
   op->tmp = NULL;
@@ -53,11 +52,11 @@ static papcclResult_t planSelfP2p(struct papEngine* e, struct papOpDesc* ops, in
                                   struct papComm* comm) {
   int si = 0, ri = 0;
   for (;;) {
-    while (si < nops && !(ops[si].comm == comm && ops[si].coll == PAP_COLL_SEND &&
-                          ops[si].root == comm->rank))
+    while (si < nops &&
+           !(ops[si].comm == comm && ops[si].coll == PAP_COLL_SEND && ops[si].root == comm->rank))
       si++;
-    while (ri < nops && !(ops[ri].comm == comm && ops[ri].coll == PAP_COLL_RECV &&
-                          ops[ri].root == comm->rank))
+    while (ri < nops &&
+           !(ops[ri].comm == comm && ops[ri].coll == PAP_COLL_RECV && ops[ri].root == comm->rank))
       ri++;
     if (si == nops && ri == nops) return papcclSuccess;
     if (si == nops || ri == nops) {
@@ -120,8 +119,8 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
       int progressed = 0;
       PAP_CHECK(papEngineProgress(e, &progressed));
       if (progressed) return papcclSuccess;
-      PAP_WARN("peer %d (pid %d) exited while rank %d waits for it", s->peer,
-               comm->pids[s->peer], comm->rank);
+      PAP_WARN("peer %d (pid %d) exited while rank %d waits for it", s->peer, comm->pids[s->peer],
+               comm->rank);
       return papcclRemoteError;
     }
   }
@@ -169,8 +168,10 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
       PAP_CHECK(checkPeers(comms, ncomms));
     }
     if (now >= deadline) {
-      PAP_WARN("operation timed out after %lld s (PAPCCL_TIMEOUT_S): a peer is dead or did not "
-               "call the same operation", (long long)papParamTimeoutS());
+      PAP_WARN(
+          "operation timed out after %lld s (PAPCCL_TIMEOUT_S): a peer is dead or did not "
+          "call the same operation",
+          (long long)papParamTimeoutS());
       return papcclRemoteError;
     }
     if (now < spinUntil) {
@@ -204,7 +205,8 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
   int ncomms = 0, cap = 8;
   for (int i = 0; i < nops; i++) {
     int found = 0;
-    for (int c = 0; c < ncomms; c++) found |= comms[c] == ops[i].comm;
+    for (int c = 0; c < ncomms; c++)
+      found |= comms[c] == ops[i].comm;
     if (found) continue;
     if (ncomms == cap) {
       struct papComm** nc = (struct papComm**)malloc(sizeof(*nc) * (size_t)cap * 2);
@@ -221,8 +223,10 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
     comms[ncomms++] = ops[i].comm;
   }
   int locked = 0;
-  for (int c = 0; c < ncomms; c++, locked++) pthread_mutex_lock(&comms[c]->progressLock);
-  for (int i = 0; i < nops; i++) PAP_CHECK_GOTO(prepareOp(&ops[i]), res, out);
+  for (int c = 0; c < ncomms; c++, locked++)
+    pthread_mutex_lock(&comms[c]->progressLock);
+  for (int i = 0; i < nops; i++)
+    PAP_CHECK_GOTO(prepareOp(&ops[i]), res, out);
   for (int c = 0; c < ncomms; c++) {
     int err = atomic_load_explicit(&comms[c]->asyncError, memory_order_acquire);
     if (err != papcclSuccess && err != papcclInProgress) {
@@ -242,17 +246,22 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
     }
   }
 out:
-  for (int i = 0; i < nops; i++) finishOp(&ops[i], res);
-  for (int c = 0; c < locked; c++) pthread_mutex_unlock(&comms[c]->progressLock);
+  for (int i = 0; i < nops; i++)
+    finishOp(&ops[i], res);
+  for (int c = 0; c < locked; c++)
+    pthread_mutex_unlock(&comms[c]->progressLock);
   if (comms != stackComms) free(comms);
   return res;
 }
 
 papcclResult_t papEnqueue(struct papOpDesc* op) {
   struct papComm* comm = op->comm;
-  if (op->coll == PAP_COLL_SEND) op->seq = comm->p2pSendCount[op->root]++ | (1ull << 31);
-  else if (op->coll == PAP_COLL_RECV) op->seq = comm->p2pRecvCount[op->root]++ | (1ull << 31);
-  else op->seq = comm->collSeq++ & 0x7fffffffull;
+  if (op->coll == PAP_COLL_SEND)
+    op->seq = comm->p2pSendCount[op->root]++ | (1ull << 31);
+  else if (op->coll == PAP_COLL_RECV)
+    op->seq = comm->p2pRecvCount[op->root]++ | (1ull << 31);
+  else
+    op->seq = comm->collSeq++ & 0x7fffffffull;
   if (papGroupDepth() > 0) return papGroupAddOp(op);
   if (!comm->blocking) {
     struct papJob* job = NULL;

@@ -93,7 +93,8 @@ static papcclResult_t runInits(struct groupInit* inits, int n) {
     }
     started++;
   }
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < started; i++)
+    pthread_join(th[i], NULL);
   free(th);
   for (int i = 0; i < n; i++)
     if (inits[i].res != papcclSuccess && res == papcclSuccess) res = inits[i].res;
@@ -110,12 +111,14 @@ static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
     struct papComm* comm = ops[i].comm;
     if (comm->blocking) continue;
     int seen = 0;
-    for (int j = 0; j < i; j++) seen |= ops[j].comm == comm;
+    for (int j = 0; j < i; j++)
+      seen |= ops[j].comm == comm;
     if (seen) continue;
     struct papJob* job = NULL;
     PAP_CHECK(papCalloc(&job, 1));
     int cnt = 0;
-    for (int j = i; j < nops; j++) cnt += ops[j].comm == comm;
+    for (int j = i; j < nops; j++)
+      cnt += ops[j].comm == comm;
     if (papCalloc(&job->ops, (size_t)cnt) != papcclSuccess) {
       free(job);
       return papcclSystemError;

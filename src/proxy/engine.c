@@ -4,6 +4,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "alloc.h"
 #include "check.h"
@@ -35,7 +38,8 @@ papcclResult_t papEngineInit(struct papEngine* e, int rank, int nranks,
 }
 
 void papEngineFree(struct papEngine* e) {
-  for (int i = 0; i < e->nscratch; i++) free(e->scratch[i].ptr);
+  for (int i = 0; i < e->nscratch; i++)
+    free(e->scratch[i].ptr);
   free(e->scratch);
   free(e->steps);
   free(e->lastSend);
@@ -92,8 +96,7 @@ static struct papStep* newStep(struct papEngine* e, int kind, int dep0, int dep1
   return s;
 }
 
-int papPlanSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0,
-                int dep1) {
+int papPlanSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0, int dep1) {
   int idx;
   struct papStep* s = newStep(e, PAP_STEP_SEND, dep0, dep1, &idx);
   if (s == NULL) return -1;
@@ -107,8 +110,8 @@ int papPlanSend(struct papEngine* e, int peer, const void* src, size_t bytes, in
 }
 
 static int planRecvCommon(struct papEngine* e, int kind, int peer, void* dst, const void* src,
-                          size_t bytes, papcclDataType_t dtype,
-                          enum papRedKind red, int dep0, int dep1) {
+                          size_t bytes, papcclDataType_t dtype, enum papRedKind red, int dep0,
+                          int dep1) {
   int idx;
   struct papStep* s = newStep(e, kind, dep0, dep1, &idx);
   if (s == NULL) return -1;
@@ -134,8 +137,7 @@ int papPlanRecvReduce(struct papEngine* e, int peer, void* dst, const void* src,
   return planRecvCommon(e, PAP_STEP_RECV_REDUCE, peer, dst, src, bytes, dtype, red, dep0, dep1);
 }
 
-int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0,
-                int dep1) {
+int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0, int dep1) {
   int idx;
   struct papStep* s = newStep(e, PAP_STEP_COPY, dep0, dep1, &idx);
   if (s == NULL) return -1;
@@ -157,6 +159,11 @@ int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, 
   s->dtype = (uint8_t)dtype;
   s->red = (uint8_t)red;
   return idx;
+}
+
+void papPlanMarkFinal(struct papEngine* e, int idx) {
+  if (idx >= 0 && idx < e->nsteps && e->steps[idx].kind == PAP_STEP_RECV)
+    e->steps[idx].flags |= PAP_STEP_F_FINAL;
 }
 
 papcclResult_t papPlanScratch(struct papEngine* e, size_t bytes, void** ptrOut) {
@@ -193,6 +200,37 @@ static void reduceSink(void* arg, size_t off, const void* piece, size_t bytes) {
                     (enum papRedKind)s->red);
 }
 
+/* The sink of a final RECV: copy with non-temporal stores where the destination allows. */
+static void streamCopySink(void* arg, size_t off, const void* piece, size_t bytes) {
+  struct papStep* s = (struct papStep*)arg;
+  char* dst = s->dst + off;
+  const char* src = (const char*)piece;
+#if defined(__x86_64__)
+  size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+  if (head > bytes) head = bytes;
+  memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  bytes -= head;
+  size_t n16 = bytes / 64 * 64;
+  for (size_t i = 0; i < n16; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i*)(src + i));
+    __m128i b = _mm_loadu_si128((const __m128i*)(src + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i*)(src + i + 32));
+    __m128i d = _mm_loadu_si128((const __m128i*)(src + i + 48));
+    _mm_stream_si128((__m128i*)(dst + i), a);
+    _mm_stream_si128((__m128i*)(dst + i + 16), b);
+    _mm_stream_si128((__m128i*)(dst + i + 32), c);
+    _mm_stream_si128((__m128i*)(dst + i + 48), d);
+  }
+  memcpy(dst + n16, src + n16, bytes - n16);
+  /* Orders the streamed stores before the step is seen done (by this or another thread). */
+  _mm_sfence();
+#else
+  memcpy(dst, src, bytes);
+#endif
+}
+
 static inline int depsDone(const struct papEngine* e, const struct papStep* s) {
   for (int d = 0; d < 2; d++)
     if (s->dep[d] >= 0 && e->steps[s->dep[d]].state != PAP_STEP_DONE) return 0;
@@ -207,15 +245,20 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
     PAP_CHECK(e->tops->isend(e->conns[s->peer], s->src, s->bytes, PAP_MEM_HOST, s->tag, &s->req));
     if (s->req) s->state = PAP_STEP_POSTED;
     break;
-  case PAP_STEP_RECV:
-    PAP_CHECK(e->tops->irecv(e->conns[s->peer], s->dst, s->bytes, PAP_MEM_HOST, s->tag, NULL,
-                             &s->req));
+  case PAP_STEP_RECV: {
+    /* Small final pieces gain nothing from streaming and would leave the data out of cache
+     * for the caller: stream only large destinations. */
+    struct papRecvSink sink = {streamCopySink, s};
+    int stream = (s->flags & PAP_STEP_F_FINAL) && s->bytes >= 65536;
+    PAP_CHECK(e->tops->irecv(e->conns[s->peer], s->dst, s->bytes, PAP_MEM_HOST, s->tag,
+                             stream ? &sink : NULL, &s->req));
     if (s->req) s->state = PAP_STEP_POSTED;
     break;
+  }
   case PAP_STEP_RECV_REDUCE: {
     struct papRecvSink sink = {reduceSink, s};
-    PAP_CHECK(e->tops->irecv(e->conns[s->peer], s->dst, s->bytes, PAP_MEM_HOST, s->tag, &sink,
-                             &s->req));
+    PAP_CHECK(
+        e->tops->irecv(e->conns[s->peer], s->dst, s->bytes, PAP_MEM_HOST, s->tag, &sink, &s->req));
     if (s->req) s->state = PAP_STEP_POSTED;
     break;
   }

@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "papccl.h"
 #include "kernels/kernels.h"
+#include "papccl.h"
 #include "transport/transport.h"
 
 enum papColl {
@@ -35,32 +35,41 @@ struct papOpDesc {
   papcclDataType_t dtype;
   papcclRedOp_t op;
   enum papRedKind red; /* element-wise kernel op */
-  int avg;             /* divide by nranks at the end */
-  int preMul;          /* scale the input by scalar first */
+  int avg; /* divide by nranks at the end */
+  int preMul; /* scale the input by scalar first */
   unsigned char scalar[8];
-  int root;            /* or peer for send/recv */
-  uint64_t seq;        /* collective sequence number, or p2p message number */
-  void* tmp;           /* owned: scaled input for pre-multiplied sum */
+  int root; /* or peer for send/recv */
+  uint64_t seq; /* collective sequence number, or p2p message number */
+  void* tmp; /* owned: scaled input for pre-multiplied sum */
 };
 
 enum papStepKind {
   PAP_STEP_SEND = 1,
-  PAP_STEP_RECV,        /* copy the message into dst */
+  PAP_STEP_RECV, /* copy the message into dst */
   PAP_STEP_RECV_REDUCE, /* dst = src OP message, straight out of the transport buffers */
-  PAP_STEP_COPY,        /* dst = src */
-  PAP_STEP_REDUCE       /* dst = src OP src2 */
+  PAP_STEP_COPY, /* dst = src */
+  PAP_STEP_REDUCE /* dst = src OP src2 */
 };
 
-enum { PAP_STEP_IDLE = 0, PAP_STEP_POSTED = 1, PAP_STEP_DONE = 2 };
+enum {
+  PAP_STEP_IDLE = 0,
+  PAP_STEP_POSTED = 1,
+  PAP_STEP_DONE = 2
+};
+
+/* The step writes data this plan never reads again: stream it past the caches
+ * (non-temporal stores), saving the read-for-ownership of the destination lines. */
+#define PAP_STEP_F_FINAL 1
 
 struct papStep {
   uint8_t kind;
   uint8_t state;
   uint8_t dtype;
   uint8_t red;
+  uint8_t flags; /* PAP_STEP_F_* */
   int32_t peer;
-  int32_t dep[2];  /* steps that must be done first (-1: none) */
-  int32_t prevQ;   /* previous step on the same (peer, direction) queue: keeps FIFO order */
+  int32_t dep[2]; /* steps that must be done first (-1: none) */
+  int32_t prevQ; /* previous step on the same (peer, direction) queue: keeps FIFO order */
   char* dst;
   const char* src;
   const char* src2;
@@ -84,13 +93,13 @@ struct papEngine {
   struct papStep* steps;
   int nsteps;
   int cap;
-  int first;   /* every step before it is done */
-  int window;  /* steps scanned past `first` */
+  int first; /* every step before it is done */
+  int window; /* steps scanned past `first` */
   int32_t* lastSend; /* [nranks] during plan building */
   int32_t* lastRecv;
-  uint32_t* sendN;   /* [nranks] messages to each peer in the current op (tags) */
+  uint32_t* sendN; /* [nranks] messages to each peer in the current op (tags) */
   uint32_t* recvN;
-  uint64_t curSeq;   /* sequence number of the op being planned */
+  uint64_t curSeq; /* sequence number of the op being planned */
   struct papScratch* scratch; /* reused between plans, grown on demand */
   int nscratch;
   int scratchUsed;
@@ -107,15 +116,15 @@ void papPlanReset(struct papEngine* e);
 /* Starts the steps of one op; message tags become (seq, n-th message on the queue), which
  * both ends compute alike, so a plan mismatch between ranks is caught, not silently wrong. */
 void papPlanBeginOp(struct papEngine* e, uint64_t seq);
-int papPlanSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0,
-                int dep1);
+int papPlanSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0, int dep1);
 int papPlanRecv(struct papEngine* e, int peer, void* dst, size_t bytes, int dep0, int dep1);
 int papPlanRecvReduce(struct papEngine* e, int peer, void* dst, const void* src, size_t bytes,
                       papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1);
-int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0,
-                int dep1);
+int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0, int dep1);
 int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
                   papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1);
+/* Marks a RECV step whose destination the plan never reads again (see PAP_STEP_F_FINAL). */
+void papPlanMarkFinal(struct papEngine* e, int idx);
 /* Scratch memory valid until the next papPlanReset. */
 papcclResult_t papPlanScratch(struct papEngine* e, size_t bytes, void** ptrOut);
 /* 1 if a plan-building call failed since papPlanReset. */

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
 #include "check.h"
+#include "comm/comm.h"
 #include "enqueue/enqueue.h"
 #include "futex.h"
 #include "log.h"
@@ -66,8 +66,10 @@ papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job) {
   atomic_fetch_add_explicit(&comm->pendingJobs, 1, memory_order_acq_rel);
   pthread_mutex_lock(&comm->jobLock);
   job->next = NULL;
-  if (comm->jobTail) comm->jobTail->next = job;
-  else comm->jobHead = job;
+  if (comm->jobTail)
+    comm->jobTail->next = job;
+  else
+    comm->jobHead = job;
   comm->jobTail = job;
   pthread_mutex_unlock(&comm->jobLock);
   atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);

@@ -27,8 +27,8 @@ bool haveGpu(std::string* why) {
 }
 
 const char* typeName(int t) {
-  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
-                                "fp16", "fp32", "fp64", "bf16", "fp8e4m3", "fp8e5m2"};
+  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64",   "uint64",
+                                "fp16", "fp32",  "fp64",  "bf16",   "fp8e4m3", "fp8e5m2"};
   return names[t];
 }
 
@@ -36,7 +36,8 @@ const char* typeName(int t) {
 std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
   std::mt19937 g(seed);
   std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(g());
+  for (auto& b : v)
+    b = static_cast<uint8_t>(g());
   return v;
 }
 
@@ -68,8 +69,8 @@ TEST(GpuKernels, MatchHostBitForBit) {
         ASSERT_EQ(papcclSuccess,
                   papKernReduceLaunch(static_cast<char*>(dd), static_cast<char*>(da) + off,
                                       static_cast<char*>(db) + off, count,
-                                      static_cast<papcclDataType_t>(t),
-                                      static_cast<papRedKind>(op), stream));
+                                      static_cast<papcclDataType_t>(t), static_cast<papRedKind>(op),
+                                      stream));
         ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
         ASSERT_EQ(cudaSuccess, cudaMemcpy(got.data(), dd, bytes, cudaMemcpyDeviceToHost));
         // Bit for bit, except that a NaN result of fp32/fp64 may carry any payload: x86 keeps
@@ -138,8 +139,10 @@ TEST(GpuKernels, ReportBandwidth) {
   }
   double reduceGBs = 3.0 * count * 4 / (best * 1e-3) / 1e9;
   double copyGBs = 2.0 * count * 4 / (bestCopy * 1e-3) / 1e9;
-  printf("[ figure ] fp32 sum kernel, 256 MiB operands: %.3f ms, %.0f GB/s of traffic; "
-         "cudaMemcpy D2D: %.3f ms, %.0f GB/s\n", best, reduceGBs, bestCopy, copyGBs);
+  printf(
+      "[ figure ] fp32 sum kernel, 256 MiB operands: %.3f ms, %.0f GB/s of traffic; "
+      "cudaMemcpy D2D: %.3f ms, %.0f GB/s\n",
+      best, reduceGBs, bestCopy, copyGBs);
   cudaFree(a);
   cudaFree(b);
   cudaFree(d);

@@ -17,7 +17,8 @@ TEST(Smoke, AllReduceThreads) {
       for (int r = 0; r < n; r++) {
         th.emplace_back([&, r] {
           std::vector<float> in(count), out(count, -1.f);
-          for (size_t i = 0; i < count; i++) in[i] = float((i % 100) + r);
+          for (size_t i = 0; i < count; i++)
+            in[i] = float((i % 100) + r);
           papcclResult_t res = papcclAllReduce(in.data(), out.data(), count, papcclFloat32,
                                                papcclSum, comms[r], nullptr);
           bool good = res == papcclSuccess;
@@ -28,9 +29,12 @@ TEST(Smoke, AllReduceThreads) {
           ok[r] = good;
         });
       }
-      for (auto& t : th) t.join();
-      for (int r = 0; r < n; r++) EXPECT_TRUE(ok[r]) << "n=" << n << " count=" << count << " r=" << r;
-      for (int r = 0; r < n; r++) EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
+      for (auto& t : th)
+        t.join();
+      for (int r = 0; r < n; r++)
+        EXPECT_TRUE(ok[r]) << "n=" << n << " count=" << count << " r=" << r;
+      for (int r = 0; r < n; r++)
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
     }
   }
 }

@@ -40,7 +40,7 @@ struct shmHeader {
 /* One cache line per rank: the doorbell its sleepers wait on, and the arrival word the PAP
  * engine uses (sequence number and CLOCK_MONOTONIC stamp of the rank's last arrival). */
 struct shmBoard {
-  _Atomic uint32_t bell;     /* futex word; bumped by anyone who may unblock this rank */
+  _Atomic uint32_t bell; /* futex word; bumped by anyone who may unblock this rank */
   _Atomic uint32_t sleepers; /* threads of this rank inside wait() */
   _Atomic uint64_t arrivalSeq;
   _Atomic uint64_t arrivalNs;
@@ -65,13 +65,16 @@ struct shmSeg {
   size_t bytes;
   struct shmHeader* hdr;
   struct shmBoard* board;
-  struct shmFifo* fifos;  /* [nranks] */
-  struct shmMeta* metas;  /* [nranks][nslots] */
-  char* data;             /* [nranks][nslots][slotSize] */
+  struct shmFifo* fifos; /* [nranks] */
+  struct shmMeta* metas; /* [nranks][nslots] */
+  char* data; /* [nranks][nslots][slotSize] */
   char* staging;
 };
 
-enum { REQ_SEND = 1, REQ_RECV = 2 };
+enum {
+  REQ_SEND = 1,
+  REQ_RECV = 2
+};
 
 struct papReq {
   struct papConn* conn;
@@ -91,7 +94,7 @@ struct papReq {
 struct papConn {
   struct shmState* st;
   int peer;
-  struct shmSeg peerSeg;   /* the peer's segment, mapped */
+  struct shmSeg peerSeg; /* the peer's segment, mapped */
   /* send side: my FIFO inside the peer's segment */
   struct shmFifo* outFifo;
   struct shmMeta* outMeta;
@@ -153,7 +156,8 @@ static void segLayout(struct shmSeg* s, int nranks, uint32_t slotSize, uint32_t 
 
 static void segName(char* out, size_t n, const unsigned char* key, int rank) {
   int o = snprintf(out, n, "/papccl-");
-  for (int i = 0; i < 16 && o + 2 < (int)n; i++) o += snprintf(out + o, n - (size_t)o, "%02x", key[i]);
+  for (int i = 0; i < 16 && o + 2 < (int)n; i++)
+    o += snprintf(out + o, n - (size_t)o, "%02x", key[i]);
   snprintf(out + o, n - (size_t)o, "-%d-%d", (int)getpid(), rank);
 }
 
@@ -204,8 +208,8 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
     goto out_free;
   }
   if (ftruncate(fd, (off_t)bytes) != 0) {
-    PAP_WARN("ftruncate of %s to %zu bytes failed: %s (is /dev/shm large enough?)", st->name,
-             bytes, strerror(errno));
+    PAP_WARN("ftruncate of %s to %zu bytes failed: %s (is /dev/shm large enough?)", st->name, bytes,
+             strerror(errno));
     res = papcclSystemError;
     goto out_unlink;
   }
@@ -280,8 +284,10 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
   size_t bytes = segBytes(st->nranks, st->slotSize, st->nslots, st->stagingSize);
   struct stat sb;
   if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != bytes) {
-    PAP_WARN("peer %d segment %s has %lld bytes, expected %zu (different PAPCCL_SHM_* "
-             "settings on the ranks?)", peer, c->name, (long long)sb.st_size, bytes);
+    PAP_WARN(
+        "peer %d segment %s has %lld bytes, expected %zu (different PAPCCL_SHM_* "
+        "settings on the ranks?)",
+        peer, c->name, (long long)sb.st_size, bytes);
     close(fd);
     res = papcclInvalidUsage;
     goto out_free;
@@ -374,8 +380,10 @@ static papcclResult_t shmIsend(struct papConn* c, const void* buf, size_t bytes,
   r->sbuf = (const char*)buf;
   r->bytes = bytes;
   r->tag = tag;
-  if (c->sendTail) c->sendTail->next = r;
-  else c->sendHead = r;
+  if (c->sendTail)
+    c->sendTail->next = r;
+  else
+    c->sendHead = r;
   c->sendTail = r;
   progressSends(c); /* push what fits now: the common small message completes here */
   return papcclSuccess;
@@ -399,8 +407,10 @@ static papcclResult_t shmIrecv(struct papConn* c, void* buf, size_t bytes, int m
     r->sink = *sink;
     r->hasSink = 1;
   }
-  if (c->recvTail) c->recvTail->next = r;
-  else c->recvHead = r;
+  if (c->recvTail)
+    c->recvTail->next = r;
+  else
+    c->recvHead = r;
   c->recvTail = r;
   return progressRecvs(c);
 }
@@ -455,16 +465,20 @@ static papcclResult_t progressRecvs(struct papConn* c) {
       uint32_t slot = (uint32_t)(tail % st->nslots);
       const struct shmMeta* m = &c->inMeta[slot];
       if (m->tag != r->tag || r->off + m->bytes > r->bytes) {
-        PAP_WARN("shm: message from peer %d does not match the posted receive (tag %#llx vs "
-                 "%#llx, %u bytes at offset %zu of %zu)", c->peer, (unsigned long long)m->tag,
-                 (unsigned long long)r->tag, m->bytes, r->off, r->bytes);
+        PAP_WARN(
+            "shm: message from peer %d does not match the posted receive (tag %#llx vs "
+            "%#llx, %u bytes at offset %zu of %zu)",
+            c->peer, (unsigned long long)m->tag, (unsigned long long)r->tag, m->bytes, r->off,
+            r->bytes);
         res = papcclInternalError;
         goto out;
       }
       const char* src = c->inData + (size_t)slot * st->slotSize;
       if (m->bytes) {
-        if (r->hasSink) r->sink.fn(r->sink.arg, r->off, src, m->bytes);
-        else memcpy(r->rbuf + r->off, src, m->bytes);
+        if (r->hasSink)
+          r->sink.fn(r->sink.arg, r->off, src, m->bytes);
+        else
+          memcpy(r->rbuf + r->off, src, m->bytes);
       }
       r->off += m->bytes;
       r->started = 1;
@@ -485,8 +499,10 @@ out:
 static papcclResult_t shmTest(struct papReq* r, int* doneOut, size_t* sizeOut) {
   struct papConn* c = r->conn;
   if (!r->done) {
-    if (r->kind == REQ_SEND) progressSends(c);
-    else PAP_CHECK(progressRecvs(c));
+    if (r->kind == REQ_SEND)
+      progressSends(c);
+    else
+      PAP_CHECK(progressRecvs(c));
   }
   *doneOut = r->done;
   if (r->done) {
@@ -552,7 +568,8 @@ static void shmClose(struct papConn* c) {
 static void shmFinalize(void* state) {
   struct shmState* st = (struct shmState*)state;
   if (st == NULL) return;
-  for (int p = 0; p < st->nranks; p++) shmClose(st->conns[p]);
+  for (int p = 0; p < st->nranks; p++)
+    shmClose(st->conns[p]);
   if (!st->unlinked) shm_unlink(st->name);
   munmap(st->self.base, st->self.bytes);
   free(st->pids);
