@@ -102,13 +102,17 @@ papcclResult_t papArgCheckOp(struct papComm* comm, const char* fn, papcclRedOp_t
   return papcclSuccess;
 }
 
+/* No buffer can be larger than a 48-bit virtual address space (x86-64 and AArch64 user
+ * space): a larger byte count is a bad count, not a buffer. */
+#define PAP_MAX_BUFFER_BYTES ((size_t)1 << 48)
+
 papcclResult_t papArgCheckBuf(const char* fn, const char* what, const void* buf, size_t count,
                               papcclDataType_t dtype, size_t mult) {
   size_t esz = papKernTypeSize(dtype);
   if (count == 0) return papcclSuccess;
   if (mult == 0) mult = 1;
-  if (count > SIZE_MAX / esz / mult || count * esz * mult > (size_t)INT64_MAX) {
-    PAP_WARN("%s: count %zu of %zu-byte elements (x%zu) overflows the address space", fn, count,
+  if (count > SIZE_MAX / esz / mult || count * esz * mult > PAP_MAX_BUFFER_BYTES) {
+    PAP_WARN("%s: count %zu of %zu-byte elements (x%zu) exceeds the address space", fn, count,
              esz, mult);
     return papcclInvalidArgument;
   }

@@ -180,11 +180,19 @@ struct Case {
 
 // Inputs are chosen so that the exact result is representable in every reduction order:
 // sums of small integers (within fp8 e5m2's exact range for that type), products of
-// {1,-1,2}, arbitrary finite values for max/min, averages that are exact for narrow floats.
+// {1,-1,2}, arbitrary finite values for max/min, float averages that are exact whenever
+// 1/nranks is (nranks a power of two); integer averages truncate as C division does.
 // The encoded input element i of rank r:
 uint64_t InputBits(const Case& c, int nranks, int r, size_t i);
 // The reduction of element i over every rank's input at index idx (the op's reference).
 uint64_t ReducedBits(const Case& c, int nranks, size_t idx);
+// The floating-point average is exact (and checked bit-exactly) when nranks is a power of
+// two; otherwise 1/nranks is rounded (NCCL pre-multiplies each input by it) and the order of
+// the additions matters, so the result is checked against the exact average within a bound
+// derived from the type's unit roundoff (CheckAvgApprox).
+bool AvgIsApproximate(const Case& c, int nranks);
+bool CheckAvgApprox(const void* buf, const Case& c, int nranks, size_t firstIdx, size_t count,
+                    const std::string& what);
 // The scalar used for kPreMulSum on type t, encoded.
 uint64_t PreMulScalarBits(papcclDataType_t t);
 

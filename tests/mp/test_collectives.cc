@@ -25,13 +25,18 @@ std::string TypeParamName(const ::testing::TestParamInfo<papcclDataType_t>& info
 
 // ---- Full datatype x op x collective matrix (3 ranks, threads) --------------------------
 
-class TypeOpMatrix : public Test, public ::testing::WithParamInterface<papcclDataType_t> {};
+// 3 ranks (not a power of two: folded rhd, uneven ring segments; the float average is
+// compared within its rounding bound) and 4 ranks (the float average is exact, bit-exact).
+using TypeRanks = std::tuple<papcclDataType_t, int>;
+
+class TypeOpMatrix : public Test, public ::testing::WithParamInterface<TypeRanks> {};
 
 TEST_P(TypeOpMatrix, EveryCollectiveAndOp) {
-  const papcclDataType_t type = GetParam();
+  const papcclDataType_t type = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
   Options opt;
   opt.init = Init::kInitAll;
-  RunRanks(Mode::kThreads, 3, [&](Rank& rk) {
+  RunRanks(Mode::kThreads, n, [&](Rank& rk) {
     uint32_t seed = 1;
     for (size_t count : {size_t(7), size_t(1000)}) {
       for (bool inPlace : {false, true}) {
@@ -44,7 +49,7 @@ TEST_P(TypeOpMatrix, EveryCollectiveAndOp) {
               c.op = op;
               c.count = count;
               c.inPlace = inPlace;
-              c.root = (int)(seed % 3);
+              c.root = (int)(seed % (uint32_t)n);
               c.seed = seed++;
               RunCase(rk, c);
             }
@@ -55,7 +60,7 @@ TEST_P(TypeOpMatrix, EveryCollectiveAndOp) {
             c.type = type;
             c.count = count;
             c.inPlace = inPlace;
-            c.root = (int)(seed % 3);
+            c.root = (int)(seed % (uint32_t)n);
             c.seed = seed++;
             RunCase(rk, c);
           }
@@ -65,7 +70,13 @@ TEST_P(TypeOpMatrix, EveryCollectiveAndOp) {
   }, opt);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, TypeOpMatrix, ::testing::ValuesIn(kAllTypes), TypeParamName);
+INSTANTIATE_TEST_SUITE_P(Types, TypeOpMatrix,
+                         ::testing::Combine(::testing::ValuesIn(kAllTypes),
+                                            ::testing::Values(3, 4)),
+                         [](const ::testing::TestParamInfo<TypeRanks>& info) {
+                           return std::string(TypeName(std::get<0>(info.param))) + "_n" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 // The same matrix for a few types as processes (the op table lives in each process).
 class TypeOpProcesses : public Test, public ::testing::WithParamInterface<papcclDataType_t> {};

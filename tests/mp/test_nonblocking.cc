@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// Non-blocking communicators (config.blocking = 0): init and operations return
+// papcclInProgress and complete on the progress thread; papcclCommGetAsyncError reports
+// papcclInProgress until then. Also papcclCommFinalize as a collective flush.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "papccl.h"
+
+namespace {
+
+// Polls until the comm leaves papcclInProgress; returns the final state.
+papcclResult_t waitComm(papcclComm_t comm) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  papcclResult_t st = papcclInProgress;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (papcclCommGetAsyncError(comm, &st) != papcclSuccess) return papcclInternalError;
+    if (st != papcclInProgress) return st;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return papcclInProgress;
+}
+
+}  // namespace
+
+TEST(NonBlocking, InitAndAllReduceCompleteAsynchronously) {
+  const int n = 3;
+  papcclUniqueId id;
+  ASSERT_EQ(papcclSuccess, papcclGetUniqueId(&id));
+  std::vector<papcclComm_t> comms(n, nullptr);
+  std::vector<int> ok(n, 0);
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; r++) {
+    th.emplace_back([&, r] {
+      papcclConfig_t cfg = PAPCCL_CONFIG_INITIALIZER;
+      cfg.blocking = 0;
+      papcclResult_t res = papcclCommInitRankConfig(&comms[r], n, id, r, &cfg);
+      if (res != papcclInProgress && res != papcclSuccess) return;
+      if (waitComm(comms[r]) != papcclSuccess) return;
+      const size_t count = 100003;
+      std::vector<int32_t> in(count), out(count, -1);
+      for (size_t i = 0; i < count; i++) in[i] = int32_t(i % 1000) * (r + 1);
+      res = papcclAllReduce(in.data(), out.data(), count, papcclInt32, papcclSum, comms[r],
+                            nullptr);
+      if (res != papcclInProgress && res != papcclSuccess) return;
+      if (waitComm(comms[r]) != papcclSuccess) return;
+      for (size_t i = 0; i < count; i++)
+        if (out[i] != int32_t(i % 1000) * (n * (n + 1) / 2)) return;
+      ok[r] = 1;
+    });
+  }
+  for (auto& t : th) t.join();
+  for (int r = 0; r < n; r++) EXPECT_TRUE(ok[r]) << "rank " << r;
+  for (int r = 0; r < n; r++)
+    if (comms[r]) EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
+}
+
+TEST(NonBlocking, GroupedOpsReturnInProgressThenComplete) {
+  const int n = 2;
+  papcclUniqueId id;
+  ASSERT_EQ(papcclSuccess, papcclGetUniqueId(&id));
+  std::vector<papcclComm_t> comms(n, nullptr);
+  std::vector<int> ok(n, 0);
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; r++) {
+    th.emplace_back([&, r] {
+      papcclConfig_t cfg = PAPCCL_CONFIG_INITIALIZER;
+      cfg.blocking = 0;
+      papcclResult_t res = papcclCommInitRankConfig(&comms[r], n, id, r, &cfg);
+      if ((res != papcclInProgress && res != papcclSuccess) || waitComm(comms[r]) != papcclSuccess)
+        return;
+      std::vector<float> a(1000, float(r + 1)), b(1000, 0.f), c(1000 * n, 0.f);
+      papcclGroupStart();
+      papcclAllReduce(a.data(), b.data(), 1000, papcclFloat32, papcclMax, comms[r], nullptr);
+      papcclAllGather(a.data(), c.data(), 1000, papcclFloat32, comms[r], nullptr);
+      res = papcclGroupEnd();
+      if (res != papcclInProgress && res != papcclSuccess) return;
+      if (waitComm(comms[r]) != papcclSuccess) return;
+      for (int i = 0; i < 1000; i++)
+        if (b[i] != float(n)) return;
+      for (int p = 0; p < n; p++)
+        for (int i = 0; i < 1000; i++)
+          if (c[p * 1000 + i] != float(p + 1)) return;
+      ok[r] = 1;
+    });
+  }
+  for (auto& t : th) t.join();
+  for (int r = 0; r < n; r++) EXPECT_TRUE(ok[r]) << "rank " << r;
+  for (int r = 0; r < n; r++)
+    if (comms[r]) EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
+}
+
+TEST(Finalize, CollectiveFlushThenDestroy) {
+  const int n = 4;
+  std::vector<papcclComm_t> comms(n);
+  ASSERT_EQ(papcclSuccess, papcclCommInitAll(comms.data(), n, nullptr));
+  std::vector<papcclResult_t> fin(n, papcclInternalError), after(n, papcclSuccess);
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; r++) {
+    th.emplace_back([&, r] {
+      int x = r, y = 0;
+      if (papcclAllReduce(&x, &y, 1, papcclInt32, papcclSum, comms[r], nullptr) != papcclSuccess)
+        return;
+      fin[r] = papcclCommFinalize(comms[r]);
+      // After finalize the comm takes no new work.
+      after[r] = papcclAllReduce(&x, &y, 1, papcclInt32, papcclSum, comms[r], nullptr);
+    });
+  }
+  for (auto& t : th) t.join();
+  for (int r = 0; r < n; r++) {
+    EXPECT_EQ(papcclSuccess, fin[r]) << "rank " << r;
+    EXPECT_EQ(papcclInvalidUsage, after[r]) << "rank " << r;
+    EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
+  }
+}
