@@ -199,6 +199,17 @@ static papcclResult_t commSetup(struct papComm* comm) {
   }
   PAP_CHECK_GOTO(papBootstrapBarrier(comm->bs), res, out);
   PAP_CHECK_GOTO(comm->tops->ready(comm->tstate), res, out);
+  {
+    int nlocal = 0;
+    for (int r = 0; r < n; r++) nlocal += comm->hostIds[r] == comm->hostIds[comm->rank];
+    cpu_set_t set;
+    int ncpu = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    comm->oversubscribed = ncpu > 0 && nlocal > ncpu;
+    if (comm->oversubscribed)
+      PAP_INFO(PAP_LOG_INIT, "%d local ranks on %d CPUs: waits sleep without spinning", nlocal,
+               ncpu);
+  }
   PAP_CHECK_GOTO(papEngineInit(&comm->engine, comm->rank, n, comm->tops, comm->tstate, comm->conns,
                                (const volatile int*)&comm->abortFlag),
                  res, out);

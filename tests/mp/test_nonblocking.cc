@@ -54,8 +54,11 @@ TEST(NonBlocking, InitAndAllReduceCompleteAsynchronously) {
   }
   for (auto& t : th) t.join();
   for (int r = 0; r < n; r++) EXPECT_TRUE(ok[r]) << "rank " << r;
-  for (int r = 0; r < n; r++)
-    if (comms[r]) EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
+  for (int r = 0; r < n; r++) {
+    if (comms[r]) {
+      EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
+    }
+  }
 }
 
 TEST(NonBlocking, GroupedOpsReturnInProgressThenComplete) {
@@ -89,8 +92,11 @@ TEST(NonBlocking, GroupedOpsReturnInProgressThenComplete) {
   }
   for (auto& t : th) t.join();
   for (int r = 0; r < n; r++) EXPECT_TRUE(ok[r]) << "rank " << r;
-  for (int r = 0; r < n; r++)
-    if (comms[r]) EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
+  for (int r = 0; r < n; r++) {
+    if (comms[r]) {
+      EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
+    }
+  }
 }
 
 TEST(Finalize, CollectiveFlushThenDestroy) {
