@@ -201,7 +201,8 @@ static papcclResult_t commSetup(struct papComm* comm) {
   PAP_CHECK_GOTO(comm->tops->ready(comm->tstate), res, out);
   {
     int nlocal = 0;
-    for (int r = 0; r < n; r++) nlocal += comm->hostIds[r] == comm->hostIds[comm->rank];
+    for (int r = 0; r < n; r++)
+      nlocal += comm->hostIds[r] == comm->hostIds[comm->rank];
     cpu_set_t set;
     int ncpu = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
     if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);

@@ -112,8 +112,8 @@ papcclResult_t papArgCheckBuf(const char* fn, const char* what, const void* buf,
   if (count == 0) return papcclSuccess;
   if (mult == 0) mult = 1;
   if (count > SIZE_MAX / esz / mult || count * esz * mult > PAP_MAX_BUFFER_BYTES) {
-    PAP_WARN("%s: count %zu of %zu-byte elements (x%zu) exceeds the address space", fn, count,
-             esz, mult);
+    PAP_WARN("%s: count %zu of %zu-byte elements (x%zu) exceeds the address space", fn, count, esz,
+             mult);
     return papcclInvalidArgument;
   }
   if (buf == NULL) {

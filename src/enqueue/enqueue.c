@@ -137,7 +137,8 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
   /* Spinning only pays when the peer runs at the same time; on an oversubscribed host it
    * steals the CPU from the very rank we wait for, so sleep right after the cheap polls. */
   int oversubscribed = 0;
-  for (int c = 0; c < ncomms; c++) oversubscribed |= comms[c]->oversubscribed;
+  for (int c = 0; c < ncomms; c++)
+    oversubscribed |= comms[c]->oversubscribed;
   uint64_t spinNs = oversubscribed ? 0 : (uint64_t)papParamSpinUs() * 1000ull;
   uint64_t spinUntil = now + spinNs;
   uint64_t nextHealth = now + 100000000ull;

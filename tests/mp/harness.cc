@@ -3,12 +3,15 @@
 // environment, typed inputs and bit-exact references for every collective.
 #include "mp/harness.h"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -215,27 +218,82 @@ namespace {
 
 }  // namespace
 
+// Reads exactly len bytes from fd within timeoutS; false on EOF, error or timeout.
+static bool ReadFull(int fd, void* buf, size_t len, double timeoutS) {
+  char* p = static_cast<char*>(buf);
+  const double end = NowS() + timeoutS;
+  while (len > 0) {
+    struct pollfd pfd = {fd, POLLIN, 0};
+    int left = (int)((end - NowS()) * 1000);
+    if (left <= 0) return false;
+    int pr = poll(&pfd, 1, left);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) return false;
+    ssize_t got = read(fd, p, len);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    len -= (size_t)got;
+  }
+  return true;
+}
+
 std::vector<Outcome> RunProcesses(int n, const Body& body, const Options& opt) {
   std::vector<Outcome> out(n);
-  papcclUniqueId id;
-  memset(&id, 0, sizeof(id));
-  papcclResult_t res = papcclGetUniqueId(&id);
-  if (res != papcclSuccess) {
-    ADD_FAILURE() << "papcclGetUniqueId failed: " << res;
-    return out;
-  }
+  // fork() copies only the calling thread: a lock held by another thread at that moment
+  // (the sanitizers' allocator lock, say) stays locked forever in the child. So the children
+  // are forked while this process runs no library thread: first let the root threads of
+  // earlier runs finish, fork, and only then make the id (its root thread starts here) and
+  // hand it to the children through socket pairs.
+  for (double end = NowS() + 10; papTestCommActiveRoots() > 0 && NowS() < end;)
+    usleep(1000);
   fflush(stdout);
   fflush(stderr);
   std::vector<pid_t> pids(n, -1);
-  double t0 = NowS();
+  std::vector<int> idPipes(n, -1);
+  const double t0 = NowS();
   for (int r = 0; r < n; r++) {
+    int fds[2];  // a socket pair, not a pipe: sending to a child that died is no SIGPIPE
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
+      ADD_FAILURE() << "socketpair failed for rank " << r << ": " << strerror(errno);
+      break;
+    }
     pid_t pid = fork();
-    if (pid == 0) ChildMain(r, n, id, body, opt);
+    if (pid == 0) {
+      close(fds[1]);
+      for (int q = 0; q < r; q++)
+        if (idPipes[q] >= 0) close(idPipes[q]);
+      papcclUniqueId id;
+      if (!ReadFull(fds[0], &id, sizeof(id), 60)) {
+        fprintf(stderr, "rank %d/%d (pid %d): no unique id from the parent\n", r, n,
+                (int)getpid());
+        fflush(stderr);
+        _exit(3);
+      }
+      close(fds[0]);
+      ChildMain(r, n, id, body, opt);
+    }
+    close(fds[0]);
     if (pid < 0) {
+      close(fds[1]);
       ADD_FAILURE() << "fork failed for rank " << r << ": " << strerror(errno);
       break;
     }
     pids[r] = pid;
+    idPipes[r] = fds[1];
+  }
+  papcclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  papcclResult_t res = papcclGetUniqueId(&id);
+  if (res != papcclSuccess) ADD_FAILURE() << "papcclGetUniqueId failed: " << res;
+  for (int r = 0; r < n; r++) {
+    if (idPipes[r] < 0) continue;
+    // On failure the children get EOF and exit; the outcome loop reports them.
+    if (res == papcclSuccess) {
+      ssize_t w = send(idPipes[r], &id, sizeof(id), MSG_NOSIGNAL);
+      if (w != (ssize_t)sizeof(id)) ADD_FAILURE() << "cannot send the id to rank " << r;
+    }
+    close(idPipes[r]);
   }
   if (opt.whileRunning) opt.whileRunning(pids);
   double deadline = t0 + opt.deadlineS;

@@ -42,9 +42,10 @@ TEST(NonBlocking, InitAndAllReduceCompleteAsynchronously) {
       if (waitComm(comms[r]) != papcclSuccess) return;
       const size_t count = 100003;
       std::vector<int32_t> in(count), out(count, -1);
-      for (size_t i = 0; i < count; i++) in[i] = int32_t(i % 1000) * (r + 1);
-      res = papcclAllReduce(in.data(), out.data(), count, papcclInt32, papcclSum, comms[r],
-                            nullptr);
+      for (size_t i = 0; i < count; i++)
+        in[i] = int32_t(i % 1000) * (r + 1);
+      res =
+          papcclAllReduce(in.data(), out.data(), count, papcclInt32, papcclSum, comms[r], nullptr);
       if (res != papcclInProgress && res != papcclSuccess) return;
       if (waitComm(comms[r]) != papcclSuccess) return;
       for (size_t i = 0; i < count; i++)
@@ -52,8 +53,10 @@ TEST(NonBlocking, InitAndAllReduceCompleteAsynchronously) {
       ok[r] = 1;
     });
   }
-  for (auto& t : th) t.join();
-  for (int r = 0; r < n; r++) EXPECT_TRUE(ok[r]) << "rank " << r;
+  for (auto& t : th)
+    t.join();
+  for (int r = 0; r < n; r++)
+    EXPECT_TRUE(ok[r]) << "rank " << r;
   for (int r = 0; r < n; r++) {
     if (comms[r]) {
       EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
@@ -90,8 +93,10 @@ TEST(NonBlocking, GroupedOpsReturnInProgressThenComplete) {
       ok[r] = 1;
     });
   }
-  for (auto& t : th) t.join();
-  for (int r = 0; r < n; r++) EXPECT_TRUE(ok[r]) << "rank " << r;
+  for (auto& t : th)
+    t.join();
+  for (int r = 0; r < n; r++)
+    EXPECT_TRUE(ok[r]) << "rank " << r;
   for (int r = 0; r < n; r++) {
     if (comms[r]) {
       EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
@@ -115,7 +120,8 @@ TEST(Finalize, CollectiveFlushThenDestroy) {
       after[r] = papcclAllReduce(&x, &y, 1, papcclInt32, papcclSum, comms[r], nullptr);
     });
   }
-  for (auto& t : th) t.join();
+  for (auto& t : th)
+    t.join();
   for (int r = 0; r < n; r++) {
     EXPECT_EQ(papcclSuccess, fin[r]) << "rank " << r;
     EXPECT_EQ(papcclInvalidUsage, after[r]) << "rank " << r;
