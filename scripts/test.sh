@@ -19,7 +19,7 @@ BUILD=build
 ASAN_BUILD=build-asan
 # "check" fails the run on unformatted files; "warn" lists them and goes on. Switch to check
 # once `clang-format -i` has been run over the tree.
-FORMAT_DEFAULT=warn
+FORMAT_DEFAULT=check
 
 skip_deps=${PAPCCL_SKIP_DEPS:-0}
 skip_asan=${PAPCCL_SKIP_ASAN:-0}

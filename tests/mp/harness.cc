@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -131,7 +131,8 @@ void Test::SetUp() {
 
 void Test::TearDown() {
   RemoveWarnHook();
-  for (const auto& m : TakeUnexpectedWarns()) ADD_FAILURE() << "unexpected WARN: " << m;
+  for (const auto& m : TakeUnexpectedWarns())
+    ADD_FAILURE() << "unexpected WARN: " << m;
 }
 
 // ---- Environment ---------------------------------------------------------------------------
@@ -163,12 +164,12 @@ const char* ModeName(Mode m) {
 
 const char* InitName(Init i) {
   switch (i) {
-    case Init::kInitRank:
-      return "InitRank";
-    case Init::kInitAll:
-      return "InitAll";
-    case Init::kGroupInit:
-      return "GroupInit";
+  case Init::kInitRank:
+    return "InitRank";
+  case Init::kInitAll:
+    return "InitAll";
+  case Init::kGroupInit:
+    return "GroupInit";
   }
   return "?";
 }
@@ -265,8 +266,7 @@ std::vector<Outcome> RunProcesses(int n, const Body& body, const Options& opt) {
         if (idPipes[q] >= 0) close(idPipes[q]);
       papcclUniqueId id;
       if (!ReadFull(fds[0], &id, sizeof(id), 60)) {
-        fprintf(stderr, "rank %d/%d (pid %d): no unique id from the parent\n", r, n,
-                (int)getpid());
+        fprintf(stderr, "rank %d/%d (pid %d): no unique id from the parent\n", r, n, (int)getpid());
         fflush(stderr);
         _exit(3);
       }
@@ -404,8 +404,8 @@ std::vector<int> RunThreads(int n, const Body& body, const Options& opt) {
       if (opt.makeComm && opt.init == Init::kInitRank) {
         papcclResult_t res = papcclCommInitRank(&rk.comm, n, id, r);
         if (res != papcclSuccess) {
-          ADD_FAILURE() << "rank " << r << "/" << n << ": papcclCommInitRank failed: " << res
-                        << " " << papcclGetLastError(nullptr);
+          ADD_FAILURE() << "rank " << r << "/" << n << ": papcclCommInitRank failed: " << res << " "
+                        << papcclGetLastError(nullptr);
           run = false;
         }
       }
@@ -437,7 +437,8 @@ std::vector<int> RunThreads(int n, const Body& body, const Options& opt) {
       std::abort();
     }
   }
-  for (auto& t : threads) t.join();
+  for (auto& t : threads)
+    t.join();
   return done;
 }
 
@@ -572,21 +573,26 @@ int64_t SignExtend(uint64_t bits, size_t size) {
 }
 
 // Input designs.
-enum class Design { kRandom, kSum, kProd, kAvgNarrow };
+enum class Design {
+  kRandom,
+  kSum,
+  kProd,
+  kAvgNarrow
+};
 
 Design DesignOf(const Case& c) {
   if (!CollReduces(c.coll)) return Design::kRandom;
   switch (c.op) {
-    case Op::kSum:
-    case Op::kPreMulSum:
-      return Design::kSum;
-    case Op::kProd:
-      return Design::kProd;
-    case Op::kMax:
-    case Op::kMin:
-      return Design::kRandom;
-    case Op::kAvg:
-      return IsNarrow(c.type) ? Design::kAvgNarrow : Design::kSum;
+  case Op::kSum:
+  case Op::kPreMulSum:
+    return Design::kSum;
+  case Op::kProd:
+    return Design::kProd;
+  case Op::kMax:
+  case Op::kMin:
+    return Design::kRandom;
+  case Op::kAvg:
+    return IsNarrow(c.type) ? Design::kAvgNarrow : Design::kSum;
   }
   return Design::kRandom;
 }
@@ -659,56 +665,54 @@ uint64_t RandomOrdered(papcclDataType_t t, uint64_t h) {
 }  // namespace
 
 const std::vector<papcclDataType_t> kAllTypes = {
-    papcclInt8,    papcclUint8,   papcclInt32,    papcclUint32,
-    papcclInt64,   papcclUint64,  papcclFloat16,  papcclFloat32,
+    papcclInt8,    papcclUint8,    papcclInt32,      papcclUint32,
+    papcclInt64,   papcclUint64,   papcclFloat16,    papcclFloat32,
     papcclFloat64, papcclBfloat16, papcclFloat8e4m3, papcclFloat8e5m2};
-const std::vector<Op> kAllOps = {Op::kSum, Op::kProd, Op::kMax,
-                                 Op::kMin, Op::kAvg,  Op::kPreMulSum};
-const std::vector<Coll> kAllColls = {Coll::kAllReduce,     Coll::kBroadcast, Coll::kBcast,
-                                     Coll::kReduce,        Coll::kAllGather, Coll::kReduceScatter,
-                                     Coll::kAlltoAll,      Coll::kGather,    Coll::kScatter,
-                                     Coll::kSendRecv};
+const std::vector<Op> kAllOps = {Op::kSum, Op::kProd, Op::kMax, Op::kMin, Op::kAvg, Op::kPreMulSum};
+const std::vector<Coll> kAllColls = {
+    Coll::kAllReduce,     Coll::kBroadcast, Coll::kBcast,  Coll::kReduce,  Coll::kAllGather,
+    Coll::kReduceScatter, Coll::kAlltoAll,  Coll::kGather, Coll::kScatter, Coll::kSendRecv};
 
 const char* CollName(Coll c) {
   switch (c) {
-    case Coll::kAllReduce:
-      return "AllReduce";
-    case Coll::kBroadcast:
-      return "Broadcast";
-    case Coll::kBcast:
-      return "Bcast";
-    case Coll::kReduce:
-      return "Reduce";
-    case Coll::kAllGather:
-      return "AllGather";
-    case Coll::kReduceScatter:
-      return "ReduceScatter";
-    case Coll::kAlltoAll:
-      return "AlltoAll";
-    case Coll::kGather:
-      return "Gather";
-    case Coll::kScatter:
-      return "Scatter";
-    case Coll::kSendRecv:
-      return "SendRecv";
+  case Coll::kAllReduce:
+    return "AllReduce";
+  case Coll::kBroadcast:
+    return "Broadcast";
+  case Coll::kBcast:
+    return "Bcast";
+  case Coll::kReduce:
+    return "Reduce";
+  case Coll::kAllGather:
+    return "AllGather";
+  case Coll::kReduceScatter:
+    return "ReduceScatter";
+  case Coll::kAlltoAll:
+    return "AlltoAll";
+  case Coll::kGather:
+    return "Gather";
+  case Coll::kScatter:
+    return "Scatter";
+  case Coll::kSendRecv:
+    return "SendRecv";
   }
   return "?";
 }
 
 const char* OpName(Op o) {
   switch (o) {
-    case Op::kSum:
-      return "sum";
-    case Op::kProd:
-      return "prod";
-    case Op::kMax:
-      return "max";
-    case Op::kMin:
-      return "min";
-    case Op::kAvg:
-      return "avg";
-    case Op::kPreMulSum:
-      return "premulsum";
+  case Op::kSum:
+    return "sum";
+  case Op::kProd:
+    return "prod";
+  case Op::kMax:
+    return "max";
+  case Op::kMin:
+    return "min";
+  case Op::kAvg:
+    return "avg";
+  case Op::kPreMulSum:
+    return "premulsum";
   }
   return "?";
 }
@@ -727,8 +731,8 @@ bool CollReduces(Coll c) {
 }
 
 bool CollHasRoot(Coll c) {
-  return c == Coll::kBroadcast || c == Coll::kBcast || c == Coll::kReduce ||
-         c == Coll::kGather || c == Coll::kScatter;
+  return c == Coll::kBroadcast || c == Coll::kBcast || c == Coll::kReduce || c == Coll::kGather ||
+         c == Coll::kScatter;
 }
 
 std::string Case::Describe() const {
@@ -764,7 +768,8 @@ double DecodeValue(papcclDataType_t t, uint64_t bits) {
       const TypeInfo& ni = Info(nt);
       std::vector<double>& v = (*tb)[(int)nt];
       v.resize(size_t(1) << (8 * ni.size));
-      for (size_t b = 0; b < v.size(); b++) v[b] = DecodeMini((uint32_t)b, ni);
+      for (size_t b = 0; b < v.size(); b++)
+        v[b] = DecodeMini((uint32_t)b, ni);
     }
     return tb;
   }();
@@ -797,36 +802,36 @@ uint64_t InputBits(const Case& c, int nranks, int r, size_t i) {
   const TypeInfo& ti = Info(c.type);
   uint64_t h = Hash(c.seed, r, i);
   switch (DesignOf(c)) {
-    case Design::kRandom:
-      if (!CollReduces(c.coll)) return h & WidthMask(ti.size);  // any bits: a pure copy
-      return RandomOrdered(c.type, h);
-    case Design::kSum: {
-      int64_t m = ti.sumMax;
-      int64_t v = (int64_t)Below(h, (uint64_t)(m + 1));
-      if (ti.isSigned) v -= m / 2;
-      return EncodeSmall(c.type, v);
-    }
-    case Design::kProd: {
-      static const int64_t kSignedSet[] = {1, -1, 2, 3};
-      static const int64_t kFloatSet[] = {1, -1, 2};
-      static const int64_t kUnsignedSet[] = {1, 2, 3};
-      int64_t v;
-      if (ti.isFloat)
-        v = kFloatSet[Below(h, 3)];
-      else if (ti.isSigned)
-        v = kSignedSet[Below(h, 4)];
-      else
-        v = kUnsignedSet[Below(h, 3)];
-      return EncodeSmall(c.type, v);
-    }
-    case Design::kAvgNarrow: {
-      // base(i) + d(r), with the d(r) summing to zero over the ranks: the average is base(i)
-      // exactly and every partial sum is a small integer.
-      int64_t b = ti.avgBase;
-      int64_t base = (int64_t)Below(Hash(c.seed, -1, i), (uint64_t)(2 * b + 1)) - b;
-      int64_t d = r < 2 * (nranks / 2) ? (r % 2 ? 1 : -1) : 0;
-      return EncodeSmall(c.type, base + d);
-    }
+  case Design::kRandom:
+    if (!CollReduces(c.coll)) return h & WidthMask(ti.size);  // any bits: a pure copy
+    return RandomOrdered(c.type, h);
+  case Design::kSum: {
+    int64_t m = ti.sumMax;
+    int64_t v = (int64_t)Below(h, (uint64_t)(m + 1));
+    if (ti.isSigned) v -= m / 2;
+    return EncodeSmall(c.type, v);
+  }
+  case Design::kProd: {
+    static const int64_t kSignedSet[] = {1, -1, 2, 3};
+    static const int64_t kFloatSet[] = {1, -1, 2};
+    static const int64_t kUnsignedSet[] = {1, 2, 3};
+    int64_t v;
+    if (ti.isFloat)
+      v = kFloatSet[Below(h, 3)];
+    else if (ti.isSigned)
+      v = kSignedSet[Below(h, 4)];
+    else
+      v = kUnsignedSet[Below(h, 3)];
+    return EncodeSmall(c.type, v);
+  }
+  case Design::kAvgNarrow: {
+    // base(i) + d(r), with the d(r) summing to zero over the ranks: the average is base(i)
+    // exactly and every partial sum is a small integer.
+    int64_t b = ti.avgBase;
+    int64_t base = (int64_t)Below(Hash(c.seed, -1, i), (uint64_t)(2 * b + 1)) - b;
+    int64_t d = r < 2 * (nranks / 2) ? (r % 2 ? 1 : -1) : 0;
+    return EncodeSmall(c.type, base + d);
+  }
   }
   return 0;
 }
@@ -844,20 +849,20 @@ uint64_t ReducedBits(const Case& c, int nranks, size_t idx) {
         continue;
       }
       switch (c.op) {
-        case Op::kSum:
-        case Op::kAvg:
-        case Op::kPreMulSum:
-          acc += x;
-          break;
-        case Op::kProd:
-          acc *= x;
-          break;
-        case Op::kMax:
-          acc = std::max(acc, x);
-          break;
-        case Op::kMin:
-          acc = std::min(acc, x);
-          break;
+      case Op::kSum:
+      case Op::kAvg:
+      case Op::kPreMulSum:
+        acc += x;
+        break;
+      case Op::kProd:
+        acc *= x;
+        break;
+      case Op::kMax:
+        acc = std::max(acc, x);
+        break;
+      case Op::kMin:
+        acc = std::min(acc, x);
+        break;
       }
     }
     if (c.op == Op::kAvg) {
@@ -896,26 +901,26 @@ uint64_t ReducedBits(const Case& c, int nranks, size_t idx) {
       continue;
     }
     switch (c.op) {
-      case Op::kSum:
-      case Op::kPreMulSum:
-      case Op::kAvg:
-        acc = (acc + x) & mask;
-        break;
-      case Op::kProd:
-        acc = (acc * x) & mask;
-        break;
-      case Op::kMax:
-        if (ti.isSigned)
-          acc = SignExtend(x, ti.size) > SignExtend(acc, ti.size) ? x : acc;
-        else
-          acc = x > acc ? x : acc;
-        break;
-      case Op::kMin:
-        if (ti.isSigned)
-          acc = SignExtend(x, ti.size) < SignExtend(acc, ti.size) ? x : acc;
-        else
-          acc = x < acc ? x : acc;
-        break;
+    case Op::kSum:
+    case Op::kPreMulSum:
+    case Op::kAvg:
+      acc = (acc + x) & mask;
+      break;
+    case Op::kProd:
+      acc = (acc * x) & mask;
+      break;
+    case Op::kMax:
+      if (ti.isSigned)
+        acc = SignExtend(x, ti.size) > SignExtend(acc, ti.size) ? x : acc;
+      else
+        acc = x > acc ? x : acc;
+      break;
+    case Op::kMin:
+      if (ti.isSigned)
+        acc = SignExtend(x, ti.size) < SignExtend(acc, ti.size) ? x : acc;
+      else
+        acc = x < acc ? x : acc;
+      break;
     }
   }
   return acc & mask;
@@ -932,30 +937,30 @@ bool CheckAvgApprox(const void* buf, const Case& c, int nranks, size_t firstIdx,
   // Unit roundoff 2^-p and the smallest subnormal of each floating type.
   double u, tiny;
   switch (c.type) {
-    case papcclFloat16:
-      u = std::ldexp(1.0, -11);
-      tiny = std::ldexp(1.0, -24);
-      break;
-    case papcclBfloat16:
-      u = std::ldexp(1.0, -8);
-      tiny = std::ldexp(1.0, -133);
-      break;
-    case papcclFloat8e4m3:
-      u = std::ldexp(1.0, -4);
-      tiny = std::ldexp(1.0, -9);
-      break;
-    case papcclFloat8e5m2:
-      u = std::ldexp(1.0, -3);
-      tiny = std::ldexp(1.0, -16);
-      break;
-    case papcclFloat32:
-      u = std::ldexp(1.0, -24);
-      tiny = std::ldexp(1.0, -149);
-      break;
-    default:
-      u = std::ldexp(1.0, -53);
-      tiny = 0;
-      break;
+  case papcclFloat16:
+    u = std::ldexp(1.0, -11);
+    tiny = std::ldexp(1.0, -24);
+    break;
+  case papcclBfloat16:
+    u = std::ldexp(1.0, -8);
+    tiny = std::ldexp(1.0, -133);
+    break;
+  case papcclFloat8e4m3:
+    u = std::ldexp(1.0, -4);
+    tiny = std::ldexp(1.0, -9);
+    break;
+  case papcclFloat8e5m2:
+    u = std::ldexp(1.0, -3);
+    tiny = std::ldexp(1.0, -16);
+    break;
+  case papcclFloat32:
+    u = std::ldexp(1.0, -24);
+    tiny = std::ldexp(1.0, -149);
+    break;
+  default:
+    u = std::ldexp(1.0, -53);
+    tiny = 0;
+    break;
   }
   size_t bad = 0;
   for (size_t i = 0; i < count; i++) {
@@ -987,7 +992,8 @@ bool CheckAvgApprox(const void* buf, const Case& c, int nranks, size_t firstIdx,
 // ---- Buffers ---------------------------------------------------------------------------------
 
 Buf::Buf(size_t bytes, unsigned char fill) : v_(bytes + kGuard, fill), bytes_(bytes) {
-  for (size_t i = 0; i < kGuard; i++) v_[bytes + i] = (unsigned char)(0xA5 ^ i);
+  for (size_t i = 0; i < kGuard; i++)
+    v_[bytes + i] = (unsigned char)(0xA5 ^ i);
 }
 
 bool Buf::GuardOk() const {
@@ -1018,24 +1024,24 @@ bool CheckElems(const void* buf, papcclDataType_t t, size_t count,
     uint64_t want = expected(i);
     uint64_t got;
     switch (esz) {
-      case 1:
-        got = p[i];
-        break;
-      case 2: {
-        uint16_t v;
-        memcpy(&v, p + 2 * i, 2);
-        got = v;
-        break;
-      }
-      case 4: {
-        uint32_t v;
-        memcpy(&v, p + 4 * i, 4);
-        got = v;
-        break;
-      }
-      default:
-        memcpy(&got, p + 8 * i, 8);
-        break;
+    case 1:
+      got = p[i];
+      break;
+    case 2: {
+      uint16_t v;
+      memcpy(&v, p + 2 * i, 2);
+      got = v;
+      break;
+    }
+    case 4: {
+      uint32_t v;
+      memcpy(&v, p + 4 * i, 4);
+      got = v;
+      break;
+    }
+    default:
+      memcpy(&got, p + 8 * i, 8);
+      break;
     }
     if (want == got) continue;
     if (bad < 3) {
@@ -1057,18 +1063,18 @@ namespace {
 
 papcclRedOp_t BuiltinOp(Op o) {
   switch (o) {
-    case Op::kSum:
-      return papcclSum;
-    case Op::kProd:
-      return papcclProd;
-    case Op::kMax:
-      return papcclMax;
-    case Op::kMin:
-      return papcclMin;
-    case Op::kAvg:
-      return papcclAvg;
-    case Op::kPreMulSum:
-      break;
+  case Op::kSum:
+    return papcclSum;
+  case Op::kProd:
+    return papcclProd;
+  case Op::kMax:
+    return papcclMax;
+  case Op::kMin:
+    return papcclMin;
+  case Op::kAvg:
+    return papcclAvg;
+  case Op::kPreMulSum:
+    break;
   }
   return papcclSum;
 }
@@ -1123,14 +1129,16 @@ struct CaseRunner::Impl {
       if (!CheckAvgApprox(buf, cc, nn, first, cnt, what + " (recvbuff)")) ok = false;
       return;
     }
-    Check(buf, cnt, [&](size_t i) { return ReducedBits(cc, nn, first + i); }, "(recvbuff)");
+    Check(
+        buf, cnt, [&](size_t i) { return ReducedBits(cc, nn, first + i); }, "(recvbuff)");
   }
   // An out-of-place input must come back unchanged.
   void InputIntact(const Buf& b, size_t cnt) {
     int rr = r;
     const Case& cc = c;
     int nn = n;
-    Check(b.data(), cnt, [&](size_t i) { return InputBits(cc, nn, rr, i); }, "(sendbuff)");
+    Check(
+        b.data(), cnt, [&](size_t i) { return InputBits(cc, nn, rr, i); }, "(sendbuff)");
   }
   void Guards() {
     if (!send.GuardOk()) Fail("write past the end of sendbuff");
@@ -1168,83 +1176,83 @@ CaseRunner::CaseRunner(const Rank& rk, const Case& c) : d_(new Impl) {
   }
 
   switch (c.coll) {
-    case Coll::kAllReduce:
-      d.send = Buf(count * esz);
-      d.recv = Buf(count * esz);
+  case Coll::kAllReduce:
+    d.send = Buf(count * esz);
+    d.recv = Buf(count * esz);
+    FillInput(d.send, 0, c, n, r, 0, count);
+    d.sb = d.send.data();
+    d.rb = c.inPlace ? d.send.data() : d.recv.data();
+    break;
+  case Coll::kBroadcast:
+  case Coll::kBcast:
+    d.send = Buf(count * esz);
+    d.recv = Buf(count * esz);
+    if (r == root) FillInput(d.send, 0, c, n, r, 0, count);
+    d.sb = d.send.data();
+    d.rb = c.inPlace || c.coll == Coll::kBcast ? d.send.data() : d.recv.data();
+    break;
+  case Coll::kReduce:
+    d.send = Buf(count * esz);
+    d.recv = Buf(r == root ? count * esz : 0);
+    FillInput(d.send, 0, c, n, r, 0, count);
+    d.sb = d.send.data();
+    // recvbuff is only significant at the root: other ranks pass NULL out of place.
+    d.rb = c.inPlace ? d.send.data() : (r == root ? d.recv.data() : nullptr);
+    break;
+  case Coll::kAllGather:
+    d.send = Buf(count * esz);
+    d.recv = Buf(all * esz);
+    if (c.inPlace) {
+      FillInput(d.recv, (size_t)r * count, c, n, r, 0, count);
+      d.sb = d.recv.data() + (size_t)r * count * esz;
+    } else {
       FillInput(d.send, 0, c, n, r, 0, count);
       d.sb = d.send.data();
-      d.rb = c.inPlace ? d.send.data() : d.recv.data();
-      break;
-    case Coll::kBroadcast:
-    case Coll::kBcast:
-      d.send = Buf(count * esz);
-      d.recv = Buf(count * esz);
-      if (r == root) FillInput(d.send, 0, c, n, r, 0, count);
-      d.sb = d.send.data();
-      d.rb = c.inPlace || c.coll == Coll::kBcast ? d.send.data() : d.recv.data();
-      break;
-    case Coll::kReduce:
-      d.send = Buf(count * esz);
-      d.recv = Buf(r == root ? count * esz : 0);
+    }
+    d.rb = d.recv.data();
+    break;
+  case Coll::kReduceScatter:
+    d.send = Buf(all * esz);
+    d.recv = Buf(count * esz);
+    FillInput(d.send, 0, c, n, r, 0, all);
+    d.sb = d.send.data();
+    d.rb = c.inPlace ? d.send.data() + (size_t)r * count * esz : d.recv.data();
+    break;
+  case Coll::kAlltoAll:
+    d.send = Buf(all * esz);
+    d.recv = Buf(all * esz);
+    FillInput(d.send, 0, c, n, r, 0, all);
+    d.sb = d.send.data();
+    d.rb = c.inPlace ? d.send.data() : d.recv.data();
+    break;
+  case Coll::kGather:
+    d.send = Buf(count * esz);
+    d.recv = Buf(r == root ? all * esz : 0);
+    if (c.inPlace && r == root) {
+      FillInput(d.recv, (size_t)root * count, c, n, r, 0, count);
+      d.sb = d.recv.data() + (size_t)root * count * esz;
+    } else {
       FillInput(d.send, 0, c, n, r, 0, count);
       d.sb = d.send.data();
-      // recvbuff is only significant at the root: other ranks pass NULL out of place.
-      d.rb = c.inPlace ? d.send.data() : (r == root ? d.recv.data() : nullptr);
-      break;
-    case Coll::kAllGather:
-      d.send = Buf(count * esz);
-      d.recv = Buf(all * esz);
-      if (c.inPlace) {
-        FillInput(d.recv, (size_t)r * count, c, n, r, 0, count);
-        d.sb = d.recv.data() + (size_t)r * count * esz;
-      } else {
-        FillInput(d.send, 0, c, n, r, 0, count);
-        d.sb = d.send.data();
-      }
-      d.rb = d.recv.data();
-      break;
-    case Coll::kReduceScatter:
-      d.send = Buf(all * esz);
-      d.recv = Buf(count * esz);
-      FillInput(d.send, 0, c, n, r, 0, all);
-      d.sb = d.send.data();
-      d.rb = c.inPlace ? d.send.data() + (size_t)r * count * esz : d.recv.data();
-      break;
-    case Coll::kAlltoAll:
-      d.send = Buf(all * esz);
-      d.recv = Buf(all * esz);
-      FillInput(d.send, 0, c, n, r, 0, all);
-      d.sb = d.send.data();
-      d.rb = c.inPlace ? d.send.data() : d.recv.data();
-      break;
-    case Coll::kGather:
-      d.send = Buf(count * esz);
-      d.recv = Buf(r == root ? all * esz : 0);
-      if (c.inPlace && r == root) {
-        FillInput(d.recv, (size_t)root * count, c, n, r, 0, count);
-        d.sb = d.recv.data() + (size_t)root * count * esz;
-      } else {
-        FillInput(d.send, 0, c, n, r, 0, count);
-        d.sb = d.send.data();
-      }
-      d.rb = r == root ? d.recv.data() : nullptr;  // only significant at the root
-      break;
-    case Coll::kScatter:
-      d.send = Buf(r == root ? all * esz : 0);
-      d.recv = Buf(count * esz);
-      if (r == root) FillInput(d.send, 0, c, n, r, 0, all);
-      d.sb = r == root ? d.send.data() : nullptr;  // only significant at the root
-      d.rb = c.inPlace && r == root ? d.send.data() + (size_t)root * count * esz : d.recv.data();
-      break;
-    case Coll::kSendRecv:
-      d.send = Buf(count * esz);
-      d.recv = Buf(count * esz);
-      FillInput(d.send, 0, c, n, r, 0, count);
-      d.sb = d.send.data();
-      d.rb = d.recv.data();
-      d.peerNext = (r + 1) % n;
-      d.peerPrev = (r - 1 + n) % n;
-      break;
+    }
+    d.rb = r == root ? d.recv.data() : nullptr;  // only significant at the root
+    break;
+  case Coll::kScatter:
+    d.send = Buf(r == root ? all * esz : 0);
+    d.recv = Buf(count * esz);
+    if (r == root) FillInput(d.send, 0, c, n, r, 0, all);
+    d.sb = r == root ? d.send.data() : nullptr;  // only significant at the root
+    d.rb = c.inPlace && r == root ? d.send.data() + (size_t)root * count * esz : d.recv.data();
+    break;
+  case Coll::kSendRecv:
+    d.send = Buf(count * esz);
+    d.recv = Buf(count * esz);
+    FillInput(d.send, 0, c, n, r, 0, count);
+    d.sb = d.send.data();
+    d.rb = d.recv.data();
+    d.peerNext = (r + 1) % n;
+    d.peerPrev = (r - 1 + n) % n;
+    break;
   }
 }
 
@@ -1264,40 +1272,40 @@ bool CaseRunner::Issue() {
   const papcclDataType_t t = d.t;
   const size_t count = d.count;
   switch (d.c.coll) {
-    case Coll::kAllReduce:
-      d.ExpectOk(papcclAllReduce(d.sb, d.rb, count, t, d.op, comm, nullptr), "papcclAllReduce");
-      break;
-    case Coll::kBroadcast:
-      d.ExpectOk(papcclBroadcast(d.sb, d.rb, count, t, d.root, comm, nullptr), "papcclBroadcast");
-      break;
-    case Coll::kBcast:
-      d.ExpectOk(papcclBcast(d.rb, count, t, d.root, comm, nullptr), "papcclBcast");
-      break;
-    case Coll::kReduce:
-      d.ExpectOk(papcclReduce(d.sb, d.rb, count, t, d.op, d.root, comm, nullptr), "papcclReduce");
-      break;
-    case Coll::kAllGather:
-      d.ExpectOk(papcclAllGather(d.sb, d.rb, count, t, comm, nullptr), "papcclAllGather");
-      break;
-    case Coll::kReduceScatter:
-      d.ExpectOk(papcclReduceScatter(d.sb, d.rb, count, t, d.op, comm, nullptr),
-                 "papcclReduceScatter");
-      break;
-    case Coll::kAlltoAll:
-      d.ExpectOk(papcclAlltoAll(d.sb, d.rb, count, t, comm, nullptr), "papcclAlltoAll");
-      break;
-    case Coll::kGather:
-      d.ExpectOk(papcclGather(d.sb, d.rb, count, t, d.root, comm, nullptr), "papcclGather");
-      break;
-    case Coll::kScatter:
-      d.ExpectOk(papcclScatter(d.sb, d.rb, count, t, d.root, comm, nullptr), "papcclScatter");
-      break;
-    case Coll::kSendRecv:
-      d.ExpectOk(papcclGroupStart(), "papcclGroupStart");
-      d.ExpectOk(papcclSend(d.sb, count, t, d.peerNext, comm, nullptr), "papcclSend");
-      d.ExpectOk(papcclRecv(d.rb, count, t, d.peerPrev, comm, nullptr), "papcclRecv");
-      d.ExpectOk(papcclGroupEnd(), "papcclGroupEnd");
-      break;
+  case Coll::kAllReduce:
+    d.ExpectOk(papcclAllReduce(d.sb, d.rb, count, t, d.op, comm, nullptr), "papcclAllReduce");
+    break;
+  case Coll::kBroadcast:
+    d.ExpectOk(papcclBroadcast(d.sb, d.rb, count, t, d.root, comm, nullptr), "papcclBroadcast");
+    break;
+  case Coll::kBcast:
+    d.ExpectOk(papcclBcast(d.rb, count, t, d.root, comm, nullptr), "papcclBcast");
+    break;
+  case Coll::kReduce:
+    d.ExpectOk(papcclReduce(d.sb, d.rb, count, t, d.op, d.root, comm, nullptr), "papcclReduce");
+    break;
+  case Coll::kAllGather:
+    d.ExpectOk(papcclAllGather(d.sb, d.rb, count, t, comm, nullptr), "papcclAllGather");
+    break;
+  case Coll::kReduceScatter:
+    d.ExpectOk(papcclReduceScatter(d.sb, d.rb, count, t, d.op, comm, nullptr),
+               "papcclReduceScatter");
+    break;
+  case Coll::kAlltoAll:
+    d.ExpectOk(papcclAlltoAll(d.sb, d.rb, count, t, comm, nullptr), "papcclAlltoAll");
+    break;
+  case Coll::kGather:
+    d.ExpectOk(papcclGather(d.sb, d.rb, count, t, d.root, comm, nullptr), "papcclGather");
+    break;
+  case Coll::kScatter:
+    d.ExpectOk(papcclScatter(d.sb, d.rb, count, t, d.root, comm, nullptr), "papcclScatter");
+    break;
+  case Coll::kSendRecv:
+    d.ExpectOk(papcclGroupStart(), "papcclGroupStart");
+    d.ExpectOk(papcclSend(d.sb, count, t, d.peerNext, comm, nullptr), "papcclSend");
+    d.ExpectOk(papcclRecv(d.rb, count, t, d.peerPrev, comm, nullptr), "papcclRecv");
+    d.ExpectOk(papcclGroupEnd(), "papcclGroupEnd");
+    break;
   }
   return d.ok;
 }
@@ -1310,53 +1318,57 @@ bool CaseRunner::Verify() {
   const size_t count = d.count;
   const size_t all = (size_t)n * count;
   switch (c.coll) {
-    case Coll::kAllReduce:
-      d.CheckReduced(d.rb, 0, count);
-      if (!c.inPlace) d.InputIntact(d.send, count);
-      break;
-    case Coll::kBroadcast:
-    case Coll::kBcast:
-      d.Check(d.rb, count, [&](size_t i) { return InputBits(c, n, root, i); }, "(recvbuff)");
-      if (r == root && d.rb != d.send.data()) d.InputIntact(d.send, count);
-      break;
-    case Coll::kReduce:
-      if (r == root) d.CheckReduced(d.rb, 0, count);
-      if (!c.inPlace) d.InputIntact(d.send, count);
-      break;
-    case Coll::kAllGather:
-      d.Check(d.rb, all, [&](size_t j) { return InputBits(c, n, (int)(j / count), j % count); },
-              "(recvbuff)");
-      if (!c.inPlace) d.InputIntact(d.send, count);
-      break;
-    case Coll::kReduceScatter:
-      d.CheckReduced(d.rb, (size_t)r * count, count);
-      if (!c.inPlace) d.InputIntact(d.send, all);
-      break;
-    case Coll::kAlltoAll:
-      d.Check(d.rb, all,
-              [&](size_t j) {
-                return InputBits(c, n, (int)(j / count), (size_t)r * count + j % count);
-              },
-              "(recvbuff)");
-      if (!c.inPlace) d.InputIntact(d.send, all);
-      break;
-    case Coll::kGather:
-      if (r == root)
-        d.Check(d.rb, all, [&](size_t j) { return InputBits(c, n, (int)(j / count), j % count); },
-                "(recvbuff)");
-      if (d.sb == d.send.data()) d.InputIntact(d.send, count);
-      break;
-    case Coll::kScatter:
-      d.Check(d.rb, count, [&](size_t i) { return InputBits(c, n, root, (size_t)r * count + i); },
-              "(recvbuff)");
-      if (r == root && !c.inPlace) d.InputIntact(d.send, all);
-      break;
-    case Coll::kSendRecv: {
-      int prev = d.peerPrev;
-      d.Check(d.rb, count, [&](size_t i) { return InputBits(c, n, prev, i); }, "(recvbuff)");
-      d.InputIntact(d.send, count);
-      break;
-    }
+  case Coll::kAllReduce:
+    d.CheckReduced(d.rb, 0, count);
+    if (!c.inPlace) d.InputIntact(d.send, count);
+    break;
+  case Coll::kBroadcast:
+  case Coll::kBcast:
+    d.Check(
+        d.rb, count, [&](size_t i) { return InputBits(c, n, root, i); }, "(recvbuff)");
+    if (r == root && d.rb != d.send.data()) d.InputIntact(d.send, count);
+    break;
+  case Coll::kReduce:
+    if (r == root) d.CheckReduced(d.rb, 0, count);
+    if (!c.inPlace) d.InputIntact(d.send, count);
+    break;
+  case Coll::kAllGather:
+    d.Check(
+        d.rb, all, [&](size_t j) { return InputBits(c, n, (int)(j / count), j % count); },
+        "(recvbuff)");
+    if (!c.inPlace) d.InputIntact(d.send, count);
+    break;
+  case Coll::kReduceScatter:
+    d.CheckReduced(d.rb, (size_t)r * count, count);
+    if (!c.inPlace) d.InputIntact(d.send, all);
+    break;
+  case Coll::kAlltoAll:
+    d.Check(
+        d.rb, all,
+        [&](size_t j) { return InputBits(c, n, (int)(j / count), (size_t)r * count + j % count); },
+        "(recvbuff)");
+    if (!c.inPlace) d.InputIntact(d.send, all);
+    break;
+  case Coll::kGather:
+    if (r == root)
+      d.Check(
+          d.rb, all, [&](size_t j) { return InputBits(c, n, (int)(j / count), j % count); },
+          "(recvbuff)");
+    if (d.sb == d.send.data()) d.InputIntact(d.send, count);
+    break;
+  case Coll::kScatter:
+    d.Check(
+        d.rb, count, [&](size_t i) { return InputBits(c, n, root, (size_t)r * count + i); },
+        "(recvbuff)");
+    if (r == root && !c.inPlace) d.InputIntact(d.send, all);
+    break;
+  case Coll::kSendRecv: {
+    int prev = d.peerPrev;
+    d.Check(
+        d.rb, count, [&](size_t i) { return InputBits(c, n, prev, i); }, "(recvbuff)");
+    d.InputIntact(d.send, count);
+    break;
+  }
   }
   d.Guards();
   return d.ok;

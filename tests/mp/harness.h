@@ -38,7 +38,9 @@ class ExpectWarn {
   // Internal: does msg belong to this scope?
   bool Matches(const std::string& msg) const;
   void Record(const std::string& msg);
-  std::thread::id Thread() const { return thread_; }
+  std::thread::id Thread() const {
+    return thread_;
+  }
 
  private:
   std::vector<std::string> patterns_;
@@ -79,18 +81,25 @@ class ScopedEnv {
 
 // ---- Running ranks -------------------------------------------------------------------------
 
-enum class Mode { kThreads, kProcesses };
+enum class Mode {
+  kThreads,
+  kProcesses
+};
 const char* ModeName(Mode m);
-inline void PrintTo(Mode m, std::ostream* os) { *os << ModeName(m); }
+inline void PrintTo(Mode m, std::ostream* os) {
+  *os << ModeName(m);
+}
 
 // How threads-mode ranks create their communicators.
 enum class Init {
   kInitRank,  // one unique id; every rank thread calls papcclCommInitRank
-  kInitAll,   // papcclCommInitAll from the calling thread
+  kInitAll,  // papcclCommInitAll from the calling thread
   kGroupInit  // one thread: papcclGroupStart, papcclCommInitRankConfig per rank, papcclGroupEnd
 };
 const char* InitName(Init i);
-inline void PrintTo(Init i, std::ostream* os) { *os << InitName(i); }
+inline void PrintTo(Init i, std::ostream* os) {
+  *os << InitName(i);
+}
 
 struct Rank {
   int rank;
@@ -104,10 +113,10 @@ using Body = std::function<void(Rank&)>;
 
 struct Options {
   Init init = Init::kInitRank;  // threads mode only
-  bool makeComm = true;         // false: the body creates (and ends) its own communicator
-  bool makeId = true;           // with !makeComm in threads mode: false = no unique id either
-  bool destroy = true;          // the harness calls papcclCommDestroy after the body, checked
-  double deadlineS = 300;       // hang detector: processes are killed, threads abort the run
+  bool makeComm = true;  // false: the body creates (and ends) its own communicator
+  bool makeId = true;  // with !makeComm in threads mode: false = no unique id either
+  bool destroy = true;  // the harness calls papcclCommDestroy after the body, checked
+  double deadlineS = 300;  // hang detector: processes are killed, threads abort the run
   // Processes mode: runs in the parent while the children run (e.g. to kill one of them).
   std::function<void(const std::vector<pid_t>&)> whileRunning;
 };
@@ -116,9 +125,9 @@ struct Outcome {
   int rank = -1;
   bool exited = false;  // exited normally (then exitCode is valid)
   int exitCode = -1;
-  int signal = 0;       // the signal that ended it, or 0
+  int signal = 0;  // the signal that ended it, or 0
   bool killedAtDeadline = false;
-  double seconds = 0;   // wall time from fork to reaping
+  double seconds = 0;  // wall time from fork to reaping
 };
 
 // Forks n children, then makes the unique id here and sends it to them (so that no library
@@ -155,7 +164,14 @@ enum class Coll {
   kScatter,
   kSendRecv
 };
-enum class Op { kSum, kProd, kMax, kMin, kAvg, kPreMulSum };
+enum class Op {
+  kSum,
+  kProd,
+  kMax,
+  kMin,
+  kAvg,
+  kPreMulSum
+};
 
 const char* CollName(Coll c);
 const char* OpName(Op o);
@@ -174,7 +190,7 @@ struct Case {
   Op op = Op::kSum;
   size_t count = 0;
   bool inPlace = false;
-  int root = 0;       // taken modulo nranks
+  int root = 0;  // taken modulo nranks
   uint32_t seed = 1;  // varies the input values
   std::string Describe() const;
 };
@@ -207,9 +223,15 @@ class Buf {
  public:
   Buf() = default;
   explicit Buf(size_t bytes, unsigned char fill = 0xCD);
-  unsigned char* data() { return v_.data(); }
-  const unsigned char* data() const { return v_.data(); }
-  size_t bytes() const { return bytes_; }
+  unsigned char* data() {
+    return v_.data();
+  }
+  const unsigned char* data() const {
+    return v_.data();
+  }
+  size_t bytes() const {
+    return bytes_;
+  }
   bool GuardOk() const;
   static constexpr size_t kGuard = 64;
 

@@ -36,38 +36,41 @@ TEST_P(TypeOpMatrix, EveryCollectiveAndOp) {
   const int n = std::get<1>(GetParam());
   Options opt;
   opt.init = Init::kInitAll;
-  RunRanks(Mode::kThreads, n, [&](Rank& rk) {
-    uint32_t seed = 1;
-    for (size_t count : {size_t(7), size_t(1000)}) {
-      for (bool inPlace : {false, true}) {
-        for (Coll coll : kAllColls) {
-          if (CollReduces(coll)) {
-            for (Op op : kAllOps) {
-              Case c;
-              c.coll = coll;
-              c.type = type;
-              c.op = op;
-              c.count = count;
-              c.inPlace = inPlace;
-              c.root = (int)(seed % (uint32_t)n);
-              c.seed = seed++;
-              RunCase(rk, c);
+  RunRanks(
+      Mode::kThreads, n,
+      [&](Rank& rk) {
+        uint32_t seed = 1;
+        for (size_t count : {size_t(7), size_t(1000)}) {
+          for (bool inPlace : {false, true}) {
+            for (Coll coll : kAllColls) {
+              if (CollReduces(coll)) {
+                for (Op op : kAllOps) {
+                  Case c;
+                  c.coll = coll;
+                  c.type = type;
+                  c.op = op;
+                  c.count = count;
+                  c.inPlace = inPlace;
+                  c.root = (int)(seed % (uint32_t)n);
+                  c.seed = seed++;
+                  RunCase(rk, c);
+                }
+              } else {
+                if (coll == Coll::kSendRecv && inPlace) continue;
+                Case c;
+                c.coll = coll;
+                c.type = type;
+                c.count = count;
+                c.inPlace = inPlace;
+                c.root = (int)(seed % (uint32_t)n);
+                c.seed = seed++;
+                RunCase(rk, c);
+              }
             }
-          } else {
-            if (coll == Coll::kSendRecv && inPlace) continue;
-            Case c;
-            c.coll = coll;
-            c.type = type;
-            c.count = count;
-            c.inPlace = inPlace;
-            c.root = (int)(seed % (uint32_t)n);
-            c.seed = seed++;
-            RunCase(rk, c);
           }
         }
-      }
-    }
-  }, opt);
+      },
+      opt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, TypeOpMatrix,
@@ -104,8 +107,8 @@ TEST_P(TypeOpProcesses, ReductionsEveryOp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, TypeOpProcesses,
-                         ::testing::Values(papcclInt8, papcclUint64, papcclFloat16,
-                                           papcclBfloat16, papcclFloat8e4m3, papcclFloat8e5m2),
+                         ::testing::Values(papcclInt8, papcclUint64, papcclFloat16, papcclBfloat16,
+                                           papcclFloat8e4m3, papcclFloat8e5m2),
                          TypeParamName);
 
 // ---- Large counts for a few types ------------------------------------------------------
@@ -209,23 +212,27 @@ TEST_P(InitVariants, CollectivesWork) {
   Options opt;
   opt.init = GetParam();
   for (int n : {1, 4}) {
-    RunRanks(Mode::kThreads, n, [&](Rank& rk) {
-      int count = -1, rank = -1;
-      EXPECT_EQ(papcclSuccess, papcclCommCount(rk.comm, &count));
-      EXPECT_EQ(papcclSuccess, papcclCommUserRank(rk.comm, &rank));
-      EXPECT_EQ(n, count);
-      EXPECT_EQ(rk.rank, rank);
-      uint32_t seed = 7;
-      for (Coll coll : {Coll::kAllReduce, Coll::kBroadcast, Coll::kAllGather, Coll::kSendRecv}) {
-        Case c;
-        c.coll = coll;
-        c.type = papcclFloat32;
-        c.count = 1000;
-        c.root = n - 1;
-        c.seed = seed++;
-        RunCase(rk, c);
-      }
-    }, opt);
+    RunRanks(
+        Mode::kThreads, n,
+        [&](Rank& rk) {
+          int count = -1, rank = -1;
+          EXPECT_EQ(papcclSuccess, papcclCommCount(rk.comm, &count));
+          EXPECT_EQ(papcclSuccess, papcclCommUserRank(rk.comm, &rank));
+          EXPECT_EQ(n, count);
+          EXPECT_EQ(rk.rank, rank);
+          uint32_t seed = 7;
+          for (Coll coll :
+               {Coll::kAllReduce, Coll::kBroadcast, Coll::kAllGather, Coll::kSendRecv}) {
+            Case c;
+            c.coll = coll;
+            c.type = papcclFloat32;
+            c.count = 1000;
+            c.root = n - 1;
+            c.seed = seed++;
+            RunCase(rk, c);
+          }
+        },
+        opt);
   }
 }
 
@@ -306,8 +313,7 @@ INSTANTIATE_TEST_SUITE_P(AlgosAuto, AllReduceAlgo,
                          });
 
 // A small chunk makes every vector many chunks (and the last one short).
-class AllReduceSmallChunk : public Test,
-                            public ::testing::WithParamInterface<std::string> {};
+class AllReduceSmallChunk : public Test, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(AllReduceSmallChunk, ManyChunks) {
   const std::string algo = GetParam();
@@ -331,8 +337,7 @@ TEST_P(AllReduceSmallChunk, ManyChunks) {
         }
       }
       // The other chunked plans with the small chunk too.
-      for (Coll coll : {Coll::kReduceScatter, Coll::kAllGather, Coll::kBroadcast,
-                        Coll::kReduce}) {
+      for (Coll coll : {Coll::kReduceScatter, Coll::kAllGather, Coll::kBroadcast, Coll::kReduce}) {
         Case c;
         c.coll = coll;
         c.type = papcclFloat16;
@@ -373,8 +378,7 @@ TEST_F(Collectives, AllReduceAlgoProcesses) {
 // ---- The harness's own encoders agree with the format definitions -----------------------
 
 TEST_F(Collectives, ReferenceEncodersRoundTrip) {
-  for (papcclDataType_t t : {papcclFloat16, papcclBfloat16, papcclFloat8e4m3,
-                             papcclFloat8e5m2}) {
+  for (papcclDataType_t t : {papcclFloat16, papcclBfloat16, papcclFloat8e4m3, papcclFloat8e5m2}) {
     size_t patterns = size_t(1) << (8 * TypeSize(t));
     size_t finite = 0;
     for (size_t b = 0; b < patterns; b++) {

@@ -45,13 +45,13 @@ void SurvivorLoop(Rank& rk) {
     calls++;
     if (res != papcclSuccess) break;
   }
-  fprintf(stderr, "rank %d: call %d returned %d (%s) after %.2f s: %s\n", rk.rank, calls,
-          (int)res, papcclGetErrorString(res), callS, papcclGetLastError(rk.comm));
+  fprintf(stderr, "rank %d: call %d returned %d (%s) after %.2f s: %s\n", rk.rank, calls, (int)res,
+          papcclGetErrorString(res), callS, papcclGetLastError(rk.comm));
   EXPECT_NE(papcclSuccess, res) << "rank " << rk.rank << ": no error within 60 s of a peer's death";
   if (res != papcclRemoteError)
     fprintf(stderr, "rank %d: note: papcclRemoteError was expected, got %d\n", rk.rank, (int)res);
-  EXPECT_LE(callS, kTimeoutS + kMarginS) << "rank " << rk.rank << ": the failing call took "
-                                          << callS << " s";
+  EXPECT_LE(callS, kTimeoutS + kMarginS)
+      << "rank " << rk.rank << ": the failing call took " << callS << " s";
   papcclResult_t async = papcclSuccess;
   EXPECT_EQ(papcclSuccess, papcclCommGetAsyncError(rk.comm, &async));
   EXPECT_NE(papcclSuccess, async) << "rank " << rk.rank << ": the comm must keep the error";
@@ -67,9 +67,8 @@ void ExpectKilledAndSurvivors(const std::vector<Outcome>& out, int victim) {
       EXPECT_EQ(SIGKILL, o.signal);
     } else {
       EXPECT_FALSE(o.killedAtDeadline) << "rank " << o.rank << " hung";
-      EXPECT_TRUE(o.exited && o.exitCode == 0)
-          << "rank " << o.rank << ": exited=" << o.exited << " code=" << o.exitCode
-          << " signal=" << o.signal;
+      EXPECT_TRUE(o.exited && o.exitCode == 0) << "rank " << o.rank << ": exited=" << o.exited
+                                               << " code=" << o.exitCode << " signal=" << o.signal;
     }
   }
 }
@@ -81,19 +80,23 @@ TEST_F(Faults, RankKillsItselfMidCollective) {
   opt.destroy = false;  // survivors abort their comm; the victim never returns
   opt.deadlineS = 120;
   const double t0 = NowS();
-  auto out = RunProcesses(n, [&](Rank& rk) {
-    if (rk.rank == victim) {
-      std::thread([] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        raise(SIGKILL);
-      }).detach();
-      const size_t count = 4 << 20;
-      std::vector<float> in(count, 1.0f), out(count);
-      for (;;) papcclAllReduce(in.data(), out.data(), count, papcclFloat32, papcclSum, rk.comm,
-                               nullptr);
-    }
-    SurvivorLoop(rk);
-  }, opt);
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        if (rk.rank == victim) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            raise(SIGKILL);
+          }).detach();
+          const size_t count = 4 << 20;
+          std::vector<float> in(count, 1.0f), out(count);
+          for (;;)
+            papcclAllReduce(in.data(), out.data(), count, papcclFloat32, papcclSum, rk.comm,
+                            nullptr);
+        }
+        SurvivorLoop(rk);
+      },
+      opt);
   fprintf(stderr, "all ranks done after %.2f s\n", NowS() - t0);
   ExpectKilledAndSurvivors(out, victim);
 }
@@ -108,15 +111,19 @@ TEST_F(Faults, ParentKillsRankMidCollective) {
     std::this_thread::sleep_for(std::chrono::milliseconds(800));
     kill(pids[victim], SIGKILL);
   };
-  auto out = RunProcesses(n, [&](Rank& rk) {
-    if (rk.rank == victim) {
-      const size_t count = 4 << 20;
-      std::vector<float> in(count, 1.0f), out(count);
-      for (;;) papcclAllReduce(in.data(), out.data(), count, papcclFloat32, papcclSum, rk.comm,
-                               nullptr);
-    }
-    SurvivorLoop(rk);
-  }, opt);
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        if (rk.rank == victim) {
+          const size_t count = 4 << 20;
+          std::vector<float> in(count, 1.0f), out(count);
+          for (;;)
+            papcclAllReduce(in.data(), out.data(), count, papcclFloat32, papcclSum, rk.comm,
+                            nullptr);
+        }
+        SurvivorLoop(rk);
+      },
+      opt);
   ExpectKilledAndSurvivors(out, victim);
 }
 
@@ -204,45 +211,52 @@ TEST_F(Faults, GarbageClientOnBootstrapPort) {
   Options opt;
   opt.makeComm = false;
   opt.deadlineS = 120;
-  auto done = RunThreads(n, [&](Rank& rk) {
-    if (rk.rank == 1) {
-      // Rank 0's init serves the port: wait for it, then send junk before joining.
-      int fd = ConnectRetry(port, 30);
-      EXPECT_GE(fd, 0) << "nothing listens on the PAPCCL_COMM_ID port";
-      if (fd >= 0) {
-        unsigned char junk[256];
-        for (size_t i = 0; i < sizeof(junk); i++) junk[i] = (unsigned char)(i * 37 + 11);
-        EXPECT_EQ((ssize_t)sizeof(junk), send(fd, junk, sizeof(junk), MSG_NOSIGNAL));
-        idle = ConnectRetry(port, 5);
-        if (idle >= 0) {
-          const char partial[] = "GET / HT";
-          send(idle, partial, sizeof(partial) - 1, MSG_NOSIGNAL);
+  auto done = RunThreads(
+      n,
+      [&](Rank& rk) {
+        if (rk.rank == 1) {
+          // Rank 0's init serves the port: wait for it, then send junk before joining.
+          int fd = ConnectRetry(port, 30);
+          EXPECT_GE(fd, 0) << "nothing listens on the PAPCCL_COMM_ID port";
+          if (fd >= 0) {
+            unsigned char junk[256];
+            for (size_t i = 0; i < sizeof(junk); i++)
+              junk[i] = (unsigned char)(i * 37 + 11);
+            EXPECT_EQ((ssize_t)sizeof(junk), send(fd, junk, sizeof(junk), MSG_NOSIGNAL));
+            idle = ConnectRetry(port, 5);
+            if (idle >= 0) {
+              const char partial[] = "GET / HT";
+              send(idle, partial, sizeof(partial) - 1, MSG_NOSIGNAL);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            close(fd);
+          }
+          junkSent = true;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        close(fd);
-      }
-      junkSent = true;
-    }
-    if (rk.rank == 2) {
-      while (!junkSent) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    const double t0 = NowS();
-    papcclComm_t comm = nullptr;
-    papcclResult_t res = papcclCommInitRank(&comm, n, rk.id, rk.rank);
-    fprintf(stderr, "rank %d: init returned %d after %.2f s\n", rk.rank, (int)res, NowS() - t0);
-    ASSERT_EQ(papcclSuccess, res) << "rank " << rk.rank << ": " << papcclGetLastError(nullptr);
-    rk.comm = comm;
-    Case c;
-    c.coll = Coll::kAllReduce;
-    c.type = papcclInt32;
-    c.count = 1000;
-    RunCase(rk, c);
-    EXPECT_EQ(papcclSuccess, papcclCommDestroy(comm));
-  }, opt);
+        if (rk.rank == 2) {
+          while (!junkSent)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        const double t0 = NowS();
+        papcclComm_t comm = nullptr;
+        papcclResult_t res = papcclCommInitRank(&comm, n, rk.id, rk.rank);
+        fprintf(stderr, "rank %d: init returned %d after %.2f s\n", rk.rank, (int)res, NowS() - t0);
+        ASSERT_EQ(papcclSuccess, res) << "rank " << rk.rank << ": " << papcclGetLastError(nullptr);
+        rk.comm = comm;
+        Case c;
+        c.coll = Coll::kAllReduce;
+        c.type = papcclInt32;
+        c.count = 1000;
+        RunCase(rk, c);
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(comm));
+      },
+      opt);
   if (idle >= 0) close(idle);
-  for (int r = 0; r < n; r++) EXPECT_TRUE(done[r]) << "rank " << r;
+  for (int r = 0; r < n; r++)
+    EXPECT_TRUE(done[r]) << "rank " << r;
   EXPECT_GE(warned.Count(), 1) << "the root should report the garbage it dropped";
-  for (const auto& m : warned.Messages()) fprintf(stderr, "expected WARN: %s\n", m.c_str());
+  for (const auto& m : warned.Messages())
+    fprintf(stderr, "expected WARN: %s\n", m.c_str());
 }
 
 }  // namespace

@@ -27,15 +27,16 @@ int32_t P2pValue(int from, int to, int k, size_t i) {
 }
 
 void FillP2p(std::vector<int32_t>& v, int from, int to, int k) {
-  for (size_t i = 0; i < v.size(); i++) v[i] = P2pValue(from, to, k, i);
+  for (size_t i = 0; i < v.size(); i++)
+    v[i] = P2pValue(from, to, k, i);
 }
 
 bool CheckP2p(const std::vector<int32_t>& v, int from, int to, int k, const std::string& what) {
   for (size_t i = 0; i < v.size(); i++) {
     if (v[i] != P2pValue(from, to, k, i)) {
       ADD_FAILURE() << what << ": element " << i << " is " << v[i] << ", expected "
-                    << P2pValue(from, to, k, i) << " (message " << from << "->" << to << " #"
-                    << k << ")";
+                    << P2pValue(from, to, k, i) << " (message " << from << "->" << to << " #" << k
+                    << ")";
       return false;
     }
   }
@@ -72,11 +73,14 @@ TEST_P(Groups, SeveralCollectivesInOneGroup) {
       add(Coll::kAllReduce, papcclFloat8e4m3, Op::kAvg, 70001, true);
       add(Coll::kSendRecv, papcclFloat32, Op::kSum, 4099, false);
       std::vector<std::unique_ptr<CaseRunner>> runs;
-      for (const Case& c : cases) runs.emplace_back(new CaseRunner(rk, c));
+      for (const Case& c : cases)
+        runs.emplace_back(new CaseRunner(rk, c));
       ASSERT_EQ(papcclSuccess, papcclGroupStart());
-      for (auto& run : runs) run->Issue();
+      for (auto& run : runs)
+        run->Issue();
       EXPECT_EQ(papcclSuccess, papcclGroupEnd()) << papcclGetLastError(rk.comm);
-      for (auto& run : runs) run->Verify();
+      for (auto& run : runs)
+        run->Verify();
     });
   }
 }
@@ -92,8 +96,7 @@ TEST_P(Groups, SendRecvRingBothDirections) {
       const int r = rk.rank;
       const int next = (r + 1) % n, prev = (r - 1 + n) % n;
       const size_t count = 100003;
-      std::vector<int32_t> toNext(count), toPrev(count), fromPrev(count, -1),
-          fromNext(count, -1);
+      std::vector<int32_t> toNext(count), toPrev(count), fromPrev(count, -1), fromNext(count, -1);
       FillP2p(toNext, r, next, 0);
       FillP2p(toPrev, r, prev, 1);
       ASSERT_EQ(papcclSuccess, papcclGroupStart());
@@ -110,8 +113,8 @@ TEST_P(Groups, SendRecvRingBothDirections) {
         EXPECT_EQ(papcclSuccess, papcclSend(toNext.data(), count, papcclInt32, next, rk.comm, 0));
       }
       EXPECT_EQ(papcclSuccess, papcclGroupEnd()) << papcclGetLastError(rk.comm);
-      std::string what = std::string(ModeName(mode)) + " n=" + std::to_string(n) + " rank " +
-                         std::to_string(r);
+      std::string what =
+          std::string(ModeName(mode)) + " n=" + std::to_string(n) + " rank " + std::to_string(r);
       if (n == 2) {
         // next == prev: the peer's two messages arrive in its send order (k=0 first: its
         // toNext), matched with this rank's receives in this rank's receive order.
@@ -151,8 +154,8 @@ TEST_P(Groups, PairwiseExchangeSamePeer) {
         }
         EXPECT_EQ(papcclSuccess, papcclGroupEnd()) << papcclGetLastError(rk.comm);
         CheckP2p(in, peer, r, 7,
-                 std::string(ModeName(mode)) + " n=" + std::to_string(n) + " count=" +
-                     std::to_string(count) + " rank " + std::to_string(r));
+                 std::string(ModeName(mode)) + " n=" + std::to_string(n) +
+                     " count=" + std::to_string(count) + " rank " + std::to_string(r));
       });
     }
   }
@@ -168,7 +171,8 @@ TEST_P(Groups, AllPairsIncludingSelf) {
       const size_t count = 5000;
       std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count)),
           in(n, std::vector<int32_t>(count, -1));
-      for (int p = 0; p < n; p++) FillP2p(out[p], r, p, 3);
+      for (int p = 0; p < n; p++)
+        FillP2p(out[p], r, p, 3);
       ASSERT_EQ(papcclSuccess, papcclGroupStart());
       for (int k = 0; k < n; k++) {
         int to = (r + k) % n, from = (r - k + n) % n;
@@ -256,7 +260,8 @@ TEST_P(Groups, NestedGroupsRunAtOutermostEnd) {
   RunRanks(mode, 3, [&](Rank& rk) {
     const size_t count = 2048;
     std::vector<float> in(count), out(count, -1.0f);
-    for (size_t i = 0; i < count; i++) in[i] = (float)(rk.rank + (int)(i % 7));
+    for (size_t i = 0; i < count; i++)
+      in[i] = (float)(rk.rank + (int)(i % 7));
     Case c;
     c.coll = Coll::kAllGather;
     c.type = papcclInt8;
@@ -304,17 +309,18 @@ TEST_F(GroupsApi, OneThreadDrivesAllRanks) {
       out(n, std::vector<int32_t>(count, -1)), p2pIn(n, std::vector<int32_t>(999, -1)),
       p2pOut(n, std::vector<int32_t>(999));
   for (int r = 0; r < n; r++) {
-    for (size_t i = 0; i < count; i++) in[r][i] = (int32_t)(r * 3 + (int)(i % 1000));
+    for (size_t i = 0; i < count; i++)
+      in[r][i] = (int32_t)(r * 3 + (int)(i % 1000));
     FillP2p(p2pOut[r], r, (r + 1) % n, 0);
   }
   ASSERT_EQ(papcclSuccess, papcclGroupStart());
   for (int r = 0; r < n; r++) {
     EXPECT_EQ(papcclSuccess, papcclAllReduce(in[r].data(), out[r].data(), count, papcclInt32,
                                              papcclSum, comms[r], nullptr));
-    EXPECT_EQ(papcclSuccess, papcclSend(p2pOut[r].data(), 999, papcclInt32, (r + 1) % n,
-                                        comms[r], nullptr));
-    EXPECT_EQ(papcclSuccess, papcclRecv(p2pIn[r].data(), 999, papcclInt32, (r - 1 + n) % n,
-                                        comms[r], nullptr));
+    EXPECT_EQ(papcclSuccess,
+              papcclSend(p2pOut[r].data(), 999, papcclInt32, (r + 1) % n, comms[r], nullptr));
+    EXPECT_EQ(papcclSuccess,
+              papcclRecv(p2pIn[r].data(), 999, papcclInt32, (r - 1 + n) % n, comms[r], nullptr));
   }
   EXPECT_EQ(papcclSuccess, papcclGroupEnd()) << papcclGetLastError(nullptr);
   for (int r = 0; r < n; r++) {
@@ -331,7 +337,8 @@ TEST_F(GroupsApi, OneThreadDrivesAllRanks) {
   std::vector<std::thread> th;
   for (int r = 0; r < n; r++)
     th.emplace_back([&, r] { EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r])); });
-  for (auto& t : th) t.join();
+  for (auto& t : th)
+    t.join();
 }
 
 // ---- Unbalanced group calls -----------------------------------------------------------------

@@ -32,29 +32,32 @@ TEST_P(Oversub, EightRanksThousandSmallAllReduces) {
   Options opt;
   opt.deadlineS = 2 * kHangBoundS;
   const double t0 = NowS();
-  RunRanks(mode, n, [&](Rank& rk) {
-    float in[2], out[2];
-    const double s0 = NowS();
-    int bad = 0;
-    for (int it = 0; it < kIters; it++) {
-      in[0] = (float)(rk.rank + it % 5);
-      in[1] = (float)(it % 3);
-      papcclResult_t res =
-          papcclAllReduce(in, out, 2, papcclFloat32, papcclSum, rk.comm, nullptr);
-      if (res != papcclSuccess) {
-        ADD_FAILURE() << "rank " << rk.rank << " iteration " << it << ": " << res << " "
-                      << papcclGetLastError(rk.comm);
-        return;
-      }
-      const float want0 = (float)(n * (n - 1) / 2 + n * (it % 5));
-      const float want1 = (float)(n * (it % 3));
-      if ((out[0] != want0 || out[1] != want1) && bad++ == 0)
-        ADD_FAILURE() << "rank " << rk.rank << " iteration " << it << ": got " << out[0] << ","
-                      << out[1] << " want " << want0 << "," << want1;
-    }
-    fprintf(stderr, "%s rank %d: %d allreduces of 8 bytes in %.3f s\n", ModeName(mode),
-            rk.rank, kIters, NowS() - s0);
-  }, opt);
+  RunRanks(
+      mode, n,
+      [&](Rank& rk) {
+        float in[2], out[2];
+        const double s0 = NowS();
+        int bad = 0;
+        for (int it = 0; it < kIters; it++) {
+          in[0] = (float)(rk.rank + it % 5);
+          in[1] = (float)(it % 3);
+          papcclResult_t res =
+              papcclAllReduce(in, out, 2, papcclFloat32, papcclSum, rk.comm, nullptr);
+          if (res != papcclSuccess) {
+            ADD_FAILURE() << "rank " << rk.rank << " iteration " << it << ": " << res << " "
+                          << papcclGetLastError(rk.comm);
+            return;
+          }
+          const float want0 = (float)(n * (n - 1) / 2 + n * (it % 5));
+          const float want1 = (float)(n * (it % 3));
+          if ((out[0] != want0 || out[1] != want1) && bad++ == 0)
+            ADD_FAILURE() << "rank " << rk.rank << " iteration " << it << ": got " << out[0] << ","
+                          << out[1] << " want " << want0 << "," << want1;
+        }
+        fprintf(stderr, "%s rank %d: %d allreduces of 8 bytes in %.3f s\n", ModeName(mode), rk.rank,
+                kIters, NowS() - s0);
+      },
+      opt);
   const double total = NowS() - t0;
   fprintf(stderr, "%s: %d ranks, %d allreduces of 8 bytes: %.3f s in all (incl. init)\n",
           ModeName(mode), n, kIters, total);
@@ -94,7 +97,8 @@ std::vector<ThreadCpu> ReadThreadCpu() {
     std::istringstream rest(line.substr(close + 2));
     std::string field;
     std::vector<std::string> f;
-    while (rest >> field) f.push_back(field);
+    while (rest >> field)
+      f.push_back(field);
     // After the name: state(3) ppid ... utime is field 14, stime 15 (1-based): f[11], f[12].
     if (f.size() < 13) continue;
     t.cpuS = (double)(atoll(f[11].c_str()) + atoll(f[12].c_str())) * tick;
@@ -118,17 +122,20 @@ TEST_F(OversubIdle, IdleCommunicatorCostsNoCpu) {
   std::vector<papcclComm_t> comms(n, nullptr);
   ASSERT_EQ(papcclSuccess, papcclCommInitAll(comms.data(), n, nullptr));
   // One operation first, so that whatever an operation starts has started.
-  RunThreads(n, [&](Rank& rk) {
-    float v = 1, s = 0;
-    EXPECT_EQ(papcclSuccess, papcclAllReduce(&v, &s, 1, papcclFloat32, papcclSum, comms[rk.rank],
-                                             nullptr));
-    EXPECT_EQ((float)n, s);
-  }, [] {
-    Options o;
-    o.makeComm = false;
-    o.makeId = false;
-    return o;
-  }());
+  RunThreads(
+      n,
+      [&](Rank& rk) {
+        float v = 1, s = 0;
+        EXPECT_EQ(papcclSuccess,
+                  papcclAllReduce(&v, &s, 1, papcclFloat32, papcclSum, comms[rk.rank], nullptr));
+        EXPECT_EQ((float)n, s);
+      },
+      [] {
+        Options o;
+        o.makeComm = false;
+        o.makeId = false;
+        return o;
+      }());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // settle
 
   auto before = ReadThreadCpu();
@@ -154,7 +161,8 @@ TEST_F(OversubIdle, IdleCommunicatorCostsNoCpu) {
   std::vector<std::thread> th;
   for (int r = 0; r < n; r++)
     th.emplace_back([&, r] { EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r])); });
-  for (auto& t : th) t.join();
+  for (auto& t : th)
+    t.join();
 }
 
 }  // namespace

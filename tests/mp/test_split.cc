@@ -39,7 +39,8 @@ void CheckChild(papcclComm_t child, int parentRank, const std::vector<int>& expe
     if (expectMembers[i] == parentRank) wantRank = i;
   EXPECT_EQ(wantRank, r) << what;
   std::vector<int32_t> got = MembersOf(child, n, parentRank);
-  for (int i = 0; i < n; i++) EXPECT_EQ(expectMembers[i], got[i]) << what << " member " << i;
+  for (int i = 0; i < n; i++)
+    EXPECT_EQ(expectMembers[i], got[i]) << what << " member " << i;
 }
 
 // A case on a child communicator (its own rank and size).

@@ -20,10 +20,13 @@ namespace {
 // Records every WARN of the library while a test runs; a WARN that no test expected fails it.
 class Api : public ::testing::Test {
  protected:
-  void SetUp() override { papTestCommSetWarnHook(&Api::Hook, this); }
+  void SetUp() override {
+    papTestCommSetWarnHook(&Api::Hook, this);
+  }
   void TearDown() override {
     papTestCommSetWarnHook(nullptr, nullptr);
-    for (const auto& m : warns_) ADD_FAILURE() << "unexpected WARN: " << m;
+    for (const auto& m : warns_)
+      ADD_FAILURE() << "unexpected WARN: " << m;
   }
   static void Hook(const char* msg, void* arg) {
     Api* self = static_cast<Api*>(arg);
@@ -51,10 +54,10 @@ class Api : public ::testing::Test {
   std::vector<std::string> warns_;
 };
 
-#define EXPECT_BAD_NOCOMM(code, what, call)   \
-  do {                                        \
-    EXPECT_EQ(code, (call)) << #call;         \
-    ExpectOneWarn(what, #call);               \
+#define EXPECT_BAD_NOCOMM(code, what, call) \
+  do { \
+    EXPECT_EQ(code, (call)) << #call; \
+    ExpectOneWarn(what, #call); \
   } while (0)
 
 TEST_F(Api, Version) {
@@ -128,8 +131,7 @@ TEST_F(Api, NullCommunicator) {
   EXPECT_BAD_NOCOMM(A, "comm", papcclBcast(b, 8, papcclFloat32, 0, c, nullptr));
   EXPECT_BAD_NOCOMM(A, "comm", papcclReduce(b, b, 8, papcclFloat32, papcclSum, 0, c, nullptr));
   EXPECT_BAD_NOCOMM(A, "comm", papcclAllGather(b, b, 1, papcclFloat32, c, nullptr));
-  EXPECT_BAD_NOCOMM(A, "comm",
-                    papcclReduceScatter(b, b, 1, papcclFloat32, papcclSum, c, nullptr));
+  EXPECT_BAD_NOCOMM(A, "comm", papcclReduceScatter(b, b, 1, papcclFloat32, papcclSum, c, nullptr));
   EXPECT_BAD_NOCOMM(A, "comm", papcclAlltoAll(b, b, 1, papcclFloat32, c, nullptr));
   EXPECT_BAD_NOCOMM(A, "comm", papcclGather(b, b, 1, papcclFloat32, 0, c, nullptr));
   EXPECT_BAD_NOCOMM(A, "comm", papcclScatter(b, b, 1, papcclFloat32, 0, c, nullptr));
@@ -141,9 +143,9 @@ TEST_F(Api, NullCommunicator) {
   EXPECT_BAD_NOCOMM(A, "comm", papcclCommGetAsyncError(c, &async));
   EXPECT_BAD_NOCOMM(A, "comm", papcclCommSplit(c, 0, 0, &child, nullptr));
   EXPECT_BAD_NOCOMM(A, "comm", papcclCommFinalize(c));
-  EXPECT_BAD_NOCOMM(A, "comm",
-                    papcclRedOpCreatePreMulSum(&op, &two, papcclFloat32,
-                                               papcclScalarHostImmediate, c));
+  EXPECT_BAD_NOCOMM(
+      A, "comm",
+      papcclRedOpCreatePreMulSum(&op, &two, papcclFloat32, papcclScalarHostImmediate, c));
   EXPECT_BAD_NOCOMM(A, "comm", papcclRedOpDestroy((papcclRedOp_t)papcclNumOps, c));
   // A NULL communicator inside a group is rejected at the call too; the group stays usable.
   ASSERT_EQ(papcclSuccess, papcclGroupStart());

@@ -16,14 +16,15 @@ int papTestHeaderC99Probe(void) {
   papcclConfig_t config = PAPCCL_CONFIG_INITIALIZER;
   papcclComm_t comm = PAPCCL_COMM_NULL;
   papcclStream_t stream = NULL;
-  papcclResult_t (*fn)(const void*, void*, size_t, papcclDataType_t, papcclRedOp_t,
-                       papcclComm_t, papcclStream_t) = papcclAllReduce;
+  papcclResult_t (*fn)(const void*, void*, size_t, papcclDataType_t, papcclRedOp_t, papcclComm_t,
+                       papcclStream_t) = papcclAllReduce;
   int bad = 0;
   if (config.size != sizeof(papcclConfig_t)) bad |= 1;
   if (config.magic != PAPCCL_CONFIG_MAGIC) bad |= 2;
   if (config.version != (unsigned)PAPCCL_VERSION_CODE) bad |= 4;
   if (config.blocking != PAPCCL_CONFIG_UNDEF_INT || config.netName != PAPCCL_CONFIG_UNDEF_PTR ||
-      config.commName != PAPCCL_CONFIG_UNDEF_PTR || config.nvlinkCentricSched != PAPCCL_CONFIG_UNDEF_INT)
+      config.commName != PAPCCL_CONFIG_UNDEF_PTR ||
+      config.nvlinkCentricSched != PAPCCL_CONFIG_UNDEF_INT)
     bad |= 8;
   if (comm != NULL || stream != NULL || fn == NULL) bad |= 16;
   if (PAPCCL_VERSION(2, 28, 3) != 22803) bad |= 32;
