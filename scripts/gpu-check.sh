@@ -28,7 +28,7 @@ g++ -O2 -std=c++17 -I"$GTEST_SRC/include" -I"$GTEST_SRC" -c "$GTEST_SRC/src/gtes
 g++ -O2 -std=c++17 -I"$GTEST_SRC/include" -I"$GTEST_SRC" -c "$GTEST_SRC/src/gtest_main.cc" -o "$G/gtest_main.o"
 CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}"
 g++ -O2 -std=c++17 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc -Isrc/core -I. -I"$GTEST_SRC/include" \
-  -I"$CUDA_HOME/include" tests/gpu/test_gpu_kernels.cc "$G/gtest-all.o" "$G/gtest_main.o" \
+  -I"$CUDA_HOME/include" tests/gpu/test_gpu_kernels.cc "$G/gtest-all.o" \
   "$B/src/libpapccl.a" -L"$CUDA_HOME/lib64" -lcudart -lpthread -lrt -lm -o "$G/papccl_gpu"
 log "GPU tests"
 "$G/papccl_gpu" >"$OUTDIR/gpu-tests.txt" 2>&1 && log "GPU tests passed" || log "GPU tests FAILED"
