@@ -108,10 +108,13 @@ papcclResult_t papArgCheckOp(struct papComm* comm, const char* fn, papcclRedOp_t
 
 papcclResult_t papArgCheckBuf(const char* fn, const char* what, const void* buf, size_t count,
                               papcclDataType_t dtype, size_t mult) {
-  size_t esz = papKernTypeSize(dtype);
   if (count == 0) return papcclSuccess;
+  size_t esz = papKernTypeSize(dtype);
+  size_t bytes;
   if (mult == 0) mult = 1;
-  if (count > SIZE_MAX / esz / mult || count * esz * mult > PAP_MAX_BUFFER_BYTES) {
+  /* Overflow-checked multiplies: no division on the per-call path. */
+  if (__builtin_mul_overflow(count, esz, &bytes) || __builtin_mul_overflow(bytes, mult, &bytes) ||
+      bytes > PAP_MAX_BUFFER_BYTES) {
     PAP_WARN("%s: count %zu of %zu-byte elements (x%zu) exceeds the address space", fn, count, esz,
              mult);
     return papcclInvalidArgument;
