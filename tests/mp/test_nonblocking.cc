@@ -24,10 +24,10 @@ papcclResult_t waitComm(papcclComm_t comm) {
   return papcclInProgress;
 }
 
-}  // namespace
-
-TEST(NonBlocking, InitAndAllReduceCompleteAsynchronously) {
-  const int n = 3;
+// Runs body(rank, comm) on n threads, each with a non-blocking comm whose init completed;
+// checks every body returned true, then destroys the comms.
+template <typename Body>
+void runNonBlocking(int n, Body body) {
   papcclUniqueId id;
   ASSERT_EQ(papcclSuccess, papcclGetUniqueId(&id));
   std::vector<papcclComm_t> comms(n, nullptr);
@@ -38,19 +38,9 @@ TEST(NonBlocking, InitAndAllReduceCompleteAsynchronously) {
       papcclConfig_t cfg = PAPCCL_CONFIG_INITIALIZER;
       cfg.blocking = 0;
       papcclResult_t res = papcclCommInitRankConfig(&comms[r], n, id, r, &cfg);
-      if (res != papcclInProgress && res != papcclSuccess) return;
-      if (waitComm(comms[r]) != papcclSuccess) return;
-      const size_t count = 100003;
-      std::vector<int32_t> in(count), out(count, -1);
-      for (size_t i = 0; i < count; i++)
-        in[i] = int32_t(i % 1000) * (r + 1);
-      res =
-          papcclAllReduce(in.data(), out.data(), count, papcclInt32, papcclSum, comms[r], nullptr);
-      if (res != papcclInProgress && res != papcclSuccess) return;
-      if (waitComm(comms[r]) != papcclSuccess) return;
-      for (size_t i = 0; i < count; i++)
-        if (out[i] != int32_t(i % 1000) * (n * (n + 1) / 2)) return;
-      ok[r] = 1;
+      if ((res != papcclInProgress && res != papcclSuccess) || waitComm(comms[r]) != papcclSuccess)
+        return;
+      ok[r] = body(r, comms[r]);
     });
   }
   for (auto& t : th)
@@ -64,44 +54,42 @@ TEST(NonBlocking, InitAndAllReduceCompleteAsynchronously) {
   }
 }
 
+}  // namespace
+
+TEST(NonBlocking, InitAndAllReduceCompleteAsynchronously) {
+  const int n = 3;
+  runNonBlocking(n, [n](int r, papcclComm_t comm) {
+    const size_t count = 100003;
+    std::vector<int32_t> in(count), out(count, -1);
+    for (size_t i = 0; i < count; i++)
+      in[i] = int32_t(i % 1000) * (r + 1);
+    papcclResult_t res =
+        papcclAllReduce(in.data(), out.data(), count, papcclInt32, papcclSum, comm, nullptr);
+    if ((res != papcclInProgress && res != papcclSuccess) || waitComm(comm) != papcclSuccess)
+      return false;
+    for (size_t i = 0; i < count; i++)
+      if (out[i] != int32_t(i % 1000) * (n * (n + 1) / 2)) return false;
+    return true;
+  });
+}
+
 TEST(NonBlocking, GroupedOpsReturnInProgressThenComplete) {
   const int n = 2;
-  papcclUniqueId id;
-  ASSERT_EQ(papcclSuccess, papcclGetUniqueId(&id));
-  std::vector<papcclComm_t> comms(n, nullptr);
-  std::vector<int> ok(n, 0);
-  std::vector<std::thread> th;
-  for (int r = 0; r < n; r++) {
-    th.emplace_back([&, r] {
-      papcclConfig_t cfg = PAPCCL_CONFIG_INITIALIZER;
-      cfg.blocking = 0;
-      papcclResult_t res = papcclCommInitRankConfig(&comms[r], n, id, r, &cfg);
-      if ((res != papcclInProgress && res != papcclSuccess) || waitComm(comms[r]) != papcclSuccess)
-        return;
-      std::vector<float> a(1000, float(r + 1)), b(1000, 0.f), c(1000 * n, 0.f);
-      papcclGroupStart();
-      papcclAllReduce(a.data(), b.data(), 1000, papcclFloat32, papcclMax, comms[r], nullptr);
-      papcclAllGather(a.data(), c.data(), 1000, papcclFloat32, comms[r], nullptr);
-      res = papcclGroupEnd();
-      if (res != papcclInProgress && res != papcclSuccess) return;
-      if (waitComm(comms[r]) != papcclSuccess) return;
+  runNonBlocking(n, [n](int r, papcclComm_t comm) {
+    std::vector<float> a(1000, float(r + 1)), b(1000, 0.f), c(1000 * n, 0.f);
+    papcclGroupStart();
+    papcclAllReduce(a.data(), b.data(), 1000, papcclFloat32, papcclMax, comm, nullptr);
+    papcclAllGather(a.data(), c.data(), 1000, papcclFloat32, comm, nullptr);
+    papcclResult_t res = papcclGroupEnd();
+    if ((res != papcclInProgress && res != papcclSuccess) || waitComm(comm) != papcclSuccess)
+      return false;
+    for (int i = 0; i < 1000; i++)
+      if (b[i] != float(n)) return false;
+    for (int p = 0; p < n; p++)
       for (int i = 0; i < 1000; i++)
-        if (b[i] != float(n)) return;
-      for (int p = 0; p < n; p++)
-        for (int i = 0; i < 1000; i++)
-          if (c[p * 1000 + i] != float(p + 1)) return;
-      ok[r] = 1;
-    });
-  }
-  for (auto& t : th)
-    t.join();
-  for (int r = 0; r < n; r++)
-    EXPECT_TRUE(ok[r]) << "rank " << r;
-  for (int r = 0; r < n; r++) {
-    if (comms[r]) {
-      EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
-    }
-  }
+        if (c[p * 1000 + i] != float(p + 1)) return false;
+    return true;
+  });
 }
 
 TEST(Finalize, CollectiveFlushThenDestroy) {
