@@ -21,6 +21,7 @@ const char* papAlgoName(enum papAlgo a) {
 }
 
 enum papAlgo papAlgoSelectAllReduce(size_t bytes, int nranks) {
+  (void)nranks; /* the size switch alone decides today; the PAP selector will use nranks */
   const char* force = papParamAlgo();
   if (force) {
     if (strcasecmp(force, "ring") == 0) return PAP_ALGO_RING;
@@ -34,8 +35,12 @@ enum papAlgo papAlgoSelectAllReduce(size_t bytes, int nranks) {
           "choosing automatically",
           force);
   }
-  if (nranks <= 2) return bytes <= (size_t)papParamRhdMaxBytes() ? PAP_ALGO_RHD : PAP_ALGO_RING;
   return bytes <= (size_t)papParamRhdMaxBytes() ? PAP_ALGO_RHD : PAP_ALGO_RING;
+}
+
+papcclResult_t papPlanCopyIfNeeded(struct papEngine* e, void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes) PLAN_OK(papPlanCopy(e, dst, src, bytes, -1, -1));
+  return papcclSuccess;
 }
 
 papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op) {

@@ -14,6 +14,18 @@ enum papAlgo {
   PAP_ALGO_RHD
 };
 
+/* Planners return this when a plan-building call failed (out of memory, already logged). */
+#define PLAN_OK(idx) \
+  do { \
+    if ((idx) < 0) { \
+      PAP_WARN("out of memory while building a plan"); \
+      return papcclSystemError; \
+    } \
+  } while (0)
+
+/* A local copy step when dst and src differ (and bytes > 0). */
+papcclResult_t papPlanCopyIfNeeded(struct papEngine* e, void* dst, const void* src, size_t bytes);
+
 /* Appends the steps of op to the engine's plan. */
 papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op);
 

@@ -7,22 +7,6 @@
 #include "log.h"
 #include "param.h"
 
-#define PLAN_OK(idx) \
-  do { \
-    if ((idx) < 0) { \
-      PAP_WARN("allreduce: out of memory while building the plan"); \
-      return papcclSystemError; \
-    } \
-  } while (0)
-
-static papcclResult_t localCopy(struct papEngine* e, struct papOpDesc* op, size_t bytes) {
-  if (op->sendbuff != op->recvbuff && bytes) {
-    int i = papPlanCopy(e, op->recvbuff, op->sendbuff, bytes, -1, -1);
-    PLAN_OK(i);
-  }
-  return papcclSuccess;
-}
-
 /* Ring: N-1 reduce-scatter steps then N-1 allgather steps over N segments, each segment cut
  * in chunks. Messages are queued in wavefront order: wave w holds (step t, chunk w - t) for
  * every t, so chunk k's next step leaves right after it was reduced, while it is still in
@@ -32,7 +16,7 @@ papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op) {
   int n = e->nranks;
   int r = e->rank;
   size_t esz = papKernTypeSize(op->dtype);
-  if (n == 1) return localCopy(e, op, op->count * esz);
+  if (n == 1) return papPlanCopyIfNeeded(e, op->recvbuff, op->sendbuff, op->count * esz);
   struct papGeom g;
   PAP_CHECK(papGeomInit(e, &g, op->sendbuff, op->recvbuff, op->count, esz, n));
   int next = (r + 1) % n;
@@ -104,7 +88,7 @@ papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op) {
   int r = e->rank;
   size_t esz = papKernTypeSize(op->dtype);
   size_t bytes = op->count * esz;
-  if (n == 1) return localCopy(e, op, bytes);
+  if (n == 1) return papPlanCopyIfNeeded(e, op->recvbuff, op->sendbuff, bytes);
   int p2 = 1;
   while (p2 * 2 <= n)
     p2 *= 2;

@@ -7,19 +7,6 @@
 #include "log.h"
 #include "param.h"
 
-#define PLAN_OK(idx) \
-  do { \
-    if ((idx) < 0) { \
-      PAP_WARN("out of memory while building a plan"); \
-      return papcclSystemError; \
-    } \
-  } while (0)
-
-static papcclResult_t copyIfNeeded(struct papEngine* e, void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes) PLAN_OK(papPlanCopy(e, dst, src, bytes, -1, -1));
-  return papcclSuccess;
-}
-
 /* Ring AllGather: block r starts in sendbuff; step s forwards block r-s to the next rank.
  * recvbuff is the unit tracker's buffer; the own block is sent straight from sendbuff. */
 papcclResult_t papPlanAllGather(struct papEngine* e, struct papOpDesc* op) {
@@ -27,7 +14,7 @@ papcclResult_t papPlanAllGather(struct papEngine* e, struct papOpDesc* op) {
   size_t esz = papKernTypeSize(op->dtype);
   size_t blk = op->count * esz;
   char* recv = (char*)op->recvbuff;
-  PAP_CHECK(copyIfNeeded(e, recv + (size_t)r * blk, op->sendbuff, blk));
+  PAP_CHECK(papPlanCopyIfNeeded(e, recv + (size_t)r * blk, op->sendbuff, blk));
   if (n == 1) return papcclSuccess;
   struct papGeom g;
   /* One geometry over the whole output: block b of nranks*count elements is rank b's. */
@@ -63,7 +50,7 @@ papcclResult_t papPlanReduceScatter(struct papEngine* e, struct papOpDesc* op) {
   int n = e->nranks, r = e->rank;
   size_t esz = papKernTypeSize(op->dtype);
   size_t blk = op->count * esz;
-  if (n == 1) return copyIfNeeded(e, op->recvbuff, op->sendbuff, blk);
+  if (n == 1) return papPlanCopyIfNeeded(e, op->recvbuff, op->sendbuff, blk);
   char* work = NULL;
   PAP_CHECK(papPlanScratch(e, blk * (size_t)n, (void**)&work));
   struct papGeom g;
@@ -97,7 +84,7 @@ papcclResult_t papPlanBroadcast(struct papEngine* e, struct papOpDesc* op) {
   int n = e->nranks, r = e->rank, root = op->root;
   size_t esz = papKernTypeSize(op->dtype);
   size_t bytes = op->count * esz;
-  if (r == root) PAP_CHECK(copyIfNeeded(e, op->recvbuff, op->sendbuff, bytes));
+  if (r == root) PAP_CHECK(papPlanCopyIfNeeded(e, op->recvbuff, op->sendbuff, bytes));
   if (n == 1) return papcclSuccess;
   int pos = (r - root + n) % n;
   int next = (r + 1) % n, prev = (r - 1 + n) % n;
@@ -126,7 +113,7 @@ papcclResult_t papPlanReduceColl(struct papEngine* e, struct papOpDesc* op) {
   int n = e->nranks, r = e->rank, root = op->root;
   size_t esz = papKernTypeSize(op->dtype);
   size_t bytes = op->count * esz;
-  if (n == 1) return copyIfNeeded(e, op->recvbuff, op->sendbuff, bytes);
+  if (n == 1) return papPlanCopyIfNeeded(e, op->recvbuff, op->sendbuff, bytes);
   int pos = (r - root - 1 + 2 * n) % n; /* root is at n-1 */
   int next = (r + 1) % n, prev = (r - 1 + n) % n;
   char* work = (char*)op->recvbuff;
@@ -180,7 +167,7 @@ papcclResult_t papPlanGather(struct papEngine* e, struct papOpDesc* op) {
     return papcclSuccess;
   }
   char* recv = (char*)op->recvbuff;
-  PAP_CHECK(copyIfNeeded(e, recv + (size_t)r * blk, op->sendbuff, blk));
+  PAP_CHECK(papPlanCopyIfNeeded(e, recv + (size_t)r * blk, op->sendbuff, blk));
   for (int p = 0; p < n; p++)
     if (p != r) PLAN_OK(papPlanRecv(e, p, recv + (size_t)p * blk, blk, -1, -1));
   return papcclSuccess;
@@ -197,7 +184,7 @@ papcclResult_t papPlanScatter(struct papEngine* e, struct papOpDesc* op) {
   const char* send = (const char*)op->sendbuff;
   for (int p = 0; p < n; p++)
     if (p != r) PLAN_OK(papPlanSend(e, p, send + (size_t)p * blk, blk, -1, -1));
-  return copyIfNeeded(e, op->recvbuff, send + (size_t)r * blk, blk);
+  return papPlanCopyIfNeeded(e, op->recvbuff, send + (size_t)r * blk, blk);
 }
 
 /* Point to point: one message; the transport streams it through its slots. A send to self

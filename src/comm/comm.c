@@ -411,6 +411,14 @@ out_args:
   return res;
 }
 
+/* Waits for the progress thread to finish the queued non-blocking work. */
+static void waitPendingJobs(struct papComm* comm) {
+  while (atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Drains other threads' calls (the caller's own call is counted too). */
 static void waitCallsDrained(struct papComm* comm) {
   while (atomic_load_explicit(&comm->activeCalls, memory_order_seq_cst) > 1) {
@@ -420,15 +428,23 @@ static void waitCallsDrained(struct papComm* comm) {
   }
 }
 
+/* The end of destroy and abort, called inside the caller's own counted call: mark the comm
+ * dead so new calls fail, wait for calls in flight, free everything, keep the tombstone. */
+static void commRelease(struct papComm* comm) {
+  atomic_store_explicit((_Atomic uint64_t*)&comm->magic, PAP_COMM_DEAD, memory_order_seq_cst);
+  waitCallsDrained(comm);
+  papLogSetContext(-1, NULL, 0);
+  commTeardown(comm);
+  atomic_fetch_sub_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
+  papCommFreeShell(comm);
+}
+
 PAPCCL_API papcclResult_t papcclCommFinalize(papcclComm_t comm) {
   PAP_CHECK(papCommEnter(comm, "papcclCommFinalize"));
   papcclResult_t res = papcclSuccess;
   if (comm->finalized) goto out;
   /* Wait for queued non-blocking work, then a barrier: every rank is done with the comm. */
-  while (atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-  }
+  waitPendingJobs(comm);
   res = (papcclResult_t)atomic_load_explicit(&comm->asyncError, memory_order_acquire);
   if (res != papcclSuccess) {
     PAP_WARN("papcclCommFinalize: communicator has error %d (%s); destroy or abort it", res,
@@ -449,21 +465,12 @@ PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm) {
   if (comm == NULL) return papcclSuccess; /* as NCCL */
   PAP_CHECK(papCommEnter(comm, "papcclCommDestroy"));
   papcclResult_t res = papcclSuccess;
-  while (atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-  }
+  waitPendingJobs(comm);
   /* Destroy is local, as NCCL's: programs that own several ranks destroy them one after the
    * other from one thread, so a barrier here would deadlock them. papcclCommFinalize is the
    * collective flush for those who want one. Nothing a peer does later can touch our memory:
    * every message to us belonged to an operation we completed. */
-  /* Mark dead first so new calls fail, then wait for calls in flight. */
-  atomic_store_explicit((_Atomic uint64_t*)&comm->magic, PAP_COMM_DEAD, memory_order_seq_cst);
-  waitCallsDrained(comm);
-  papLogSetContext(-1, NULL, 0);
-  commTeardown(comm);
-  atomic_fetch_sub_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
-  papCommFreeShell(comm);
+  commRelease(comm);
   return res;
 }
 
@@ -471,13 +478,8 @@ PAPCCL_API papcclResult_t papcclCommAbort(papcclComm_t comm) {
   if (comm == NULL) return papcclSuccess; /* as NCCL */
   PAP_CHECK(papCommEnter(comm, "papcclCommAbort"));
   atomic_store_explicit(&comm->abortFlag, 1, memory_order_seq_cst);
-  atomic_store_explicit((_Atomic uint64_t*)&comm->magic, PAP_COMM_DEAD, memory_order_seq_cst);
   papCommSetError(comm, papcclInvalidUsage);
-  waitCallsDrained(comm);
-  papLogSetContext(-1, NULL, 0);
-  commTeardown(comm);
-  atomic_fetch_sub_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
-  papCommFreeShell(comm);
+  commRelease(comm);
   return papcclSuccess;
 }
 

@@ -106,8 +106,7 @@ papcclResult_t papArgCheckOp(struct papComm* comm, const char* fn, papcclRedOp_t
  * space): a larger byte count is a bad count, not a buffer. */
 #define PAP_MAX_BUFFER_BYTES ((size_t)1 << 48)
 
-papcclResult_t papArgCheckBuf(const char* fn, const char* what, const void* buf, size_t count,
-                              papcclDataType_t dtype, size_t mult) {
+papcclResult_t papArgCheckCount(const char* fn, size_t count, papcclDataType_t dtype, size_t mult) {
   if (count == 0) return papcclSuccess;
   size_t esz = papKernTypeSize(dtype);
   size_t bytes;
@@ -119,7 +118,14 @@ papcclResult_t papArgCheckBuf(const char* fn, const char* what, const void* buf,
              mult);
     return papcclInvalidArgument;
   }
-  if (buf == NULL) {
+  return papcclSuccess;
+}
+
+papcclResult_t papArgCheckBuf(const char* fn, const char* what, const void* buf, size_t count,
+                              papcclDataType_t dtype, size_t mult) {
+  (void)dtype;
+  (void)mult; /* the size was checked once, by papArgCheckCount, for every rank */
+  if (count && buf == NULL) {
     PAP_WARN("%s: %s is NULL with count %zu", fn, what, count);
     return papcclInvalidArgument;
   }

@@ -42,8 +42,7 @@ static papcclResult_t collCommon(struct papOpDesc* d, const char* fn, int reduce
   /* The size check applies on every rank (a non-root's share of an impossible op is as
    * bad); the NULL check only where the buffer is used. */
   size_t maxMult = sendMult > recvMult ? sendMult : recvMult;
-  if (maxMult)
-    PAP_CHECK_GOTO(papArgCheckBuf(fn, "count", &d->count, d->count, d->dtype, maxMult), res, out);
+  if (maxMult) PAP_CHECK_GOTO(papArgCheckCount(fn, d->count, d->dtype, maxMult), res, out);
   if (sendMult && (!sendOnRootOnly || isRoot))
     PAP_CHECK_GOTO(papArgCheckBuf(fn, "sendbuff", d->sendbuff, d->count, d->dtype, sendMult), res,
                    out);

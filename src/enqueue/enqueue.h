@@ -10,6 +10,9 @@
 papcclResult_t papArgCheckType(const char* fn, papcclDataType_t dtype);
 papcclResult_t papArgCheckOp(struct papComm* comm, const char* fn, papcclRedOp_t op,
                              papcclDataType_t dtype, struct papOpDesc* desc);
+/* count elements of dtype, times mult, must fit a 48-bit address space. */
+papcclResult_t papArgCheckCount(const char* fn, size_t count, papcclDataType_t dtype, size_t mult);
+/* buf must not be NULL when count > 0 (call papArgCheckCount first). */
 papcclResult_t papArgCheckBuf(const char* fn, const char* what, const void* buf, size_t count,
                               papcclDataType_t dtype, size_t mult);
 papcclResult_t papArgCheckRank(struct papComm* comm, const char* fn, const char* what, int r);

@@ -557,9 +557,7 @@ static void* shmStaging(void* state, int r, size_t* sizeOut) {
 
 static void shmClose(struct papConn* c) {
   if (c == NULL) return;
-  if (!(c->st->unlinked)) {
-    /* Nothing to do for the peer's name: the owner or the last mapper unlinks it. */
-  }
+  /* The peer's segment name is not ours to unlink: its owner or its last mapper does. */
   c->st->conns[c->peer] = NULL;
   munmap(c->peerSeg.base, c->peerSeg.bytes);
   free(c);
