@@ -95,8 +95,11 @@ static void report(const struct demo* d, const double* st, double balancedSec, i
       iters > 1 ? 1 : 0, iters - 1, ms(sumEarly / counted), ms(sumLate / counted),
       ms(sumTail / counted));
   if (balancedSec > 0) {
-    printf("# tail / balanced allreduce = %.2f (below 1: work was done before the last arrival)\n",
-           sumTail / counted / balancedSec);
+    double ratio = sumTail / counted / balancedSec;
+    /* Timing noise moves the ratio by some 10%: only a clear gap means work moved earlier. */
+    printf("# tail / balanced allreduce = %.2f (%s)\n", ratio,
+           ratio < 0.8 ? "well below 1: work was done before the last arrival"
+                       : "about 1: the collective ran after the last arrival");
   }
   if (wrong) {
     printf("result check: FAILED (%lld wrong elements)\n", (long long)wrong);
