@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define PAPCCL_MAJOR 0
 #define PAPCCL_MINOR 1
@@ -226,6 +227,56 @@ PAPCCL_API papcclResult_t papcclGather(const void* sendbuff, void* recvbuff, siz
 PAPCCL_API papcclResult_t papcclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                         papcclDataType_t datatype, int root, papcclComm_t comm,
                                         papcclStream_t stream);
+
+/* ---- Process-arrival-pattern (PAP) telemetry -------------------------------------------- */
+
+/* Per-rank arrays cover the first PAPCCL_PAP_STATS_MAX_RANKS ranks. */
+#define PAPCCL_PAP_STATS_MAX_RANKS 64
+
+/* Algorithm ids of papcclPapStats (lastAlgo). */
+typedef enum {
+  papcclPapAlgoNone = 0, /* no collective yet, or a collective without an arrival record */
+  papcclPapAlgoRing = 1,
+  papcclPapAlgoRhd = 2,
+  papcclPapAlgoAc2s = 3, /* arrival-committed two-shot (PAP-aware) */
+  papcclPapAlgoAc2sDet = 4, /* the same in its deterministic form (PAPCCL_DETERMINISTIC=1) */
+  papcclPapAlgoOther = 5 /* a collective other than AllReduce (classic plan) */
+} papcclPapAlgo_t;
+
+/* What papccl saw of the ranks' arrivals, from this rank's point of view. Times are
+ * microseconds of CLOCK_MONOTONIC. A rank "arrives" when it enters the collective call (host
+ * buffers). "Complete" ops are those whose every arrival this rank saw before it finished
+ * (always so for AllReduce, AllGather, ReduceScatter and AlltoAll). */
+typedef struct papcclPapStats {
+  int nranks;
+  /* The last collective. */
+  uint64_t lastSeq; /* its sequence number on this communicator */
+  int lastAlgo; /* papcclPapAlgo_t */
+  char lastAlgoName[16];
+  int lastComplete; /* 1 when every arrival was seen; the fields below need it */
+  int lastEarly; /* ranks committed as early (AC2S owners); nranks for classic plans */
+  int lastLateRank; /* the last rank to arrive, or -1 */
+  double lastSkewUs; /* worst-case skew: last arrival minus first arrival */
+  double lastTailUs; /* this rank's completion minus the last arrival */
+  double lastTimeInCollUs; /* this rank's completion minus its own arrival */
+  int lastOrder[PAPCCL_PAP_STATS_MAX_RANKS]; /* rank at each arrival position (-1 past N) */
+  double lastLatenessUs[PAPCCL_PAP_STATS_MAX_RANKS]; /* per rank: arrival minus first arrival */
+  /* Since the communicator was created. */
+  uint64_t ops; /* collectives with an arrival record */
+  uint64_t completeOps; /* of those, complete ones (the averages below use these) */
+  uint64_t papOps; /* collectives that ran a PAP-aware plan */
+  double avgSkewUs;
+  double maxSkewUs;
+  double avgTailUs;
+  double avgTimeInCollUs;
+  uint64_t lateCount[PAPCCL_PAP_STATS_MAX_RANKS]; /* times each rank arrived last */
+  double avgLatenessUs[PAPCCL_PAP_STATS_MAX_RANKS];
+  int habitualLateRank; /* a rank last in more than half of the complete ops (>= 8), or -1 */
+} papcclPapStats;
+
+/* Fills *stats with comm's arrival statistics (see papcclPapStats). Thread-safe; call it
+ * between collectives. */
+PAPCCL_API papcclResult_t papcclCommGetPapStats(papcclComm_t comm, papcclPapStats* stats);
 
 /* ---- Point to point ------------------------------------------------------------------- */
 

@@ -26,6 +26,20 @@ struct papTransportCtx {
   const volatile int* abortFlag; /* nonzero: give up waits */
 };
 
+/* The PAP arrival board: PAP_BOARD_SLOTS slots of 64-bit words held by the home rank (rank 0)
+ * and reached only through boardAtomic/notify, so a network backend can serve it with remote
+ * atomics. Slot layout (src/pap/arrival.c): word, released, rank_at[N], t_arr[N], t_done[N]. */
+#define PAP_BOARD_SLOTS 4
+static inline size_t papBoardWords(int nranks) {
+  return (size_t)PAP_BOARD_SLOTS * (2 + 3 * (size_t)nranks);
+}
+enum papBoardOp {
+  PAP_BOARD_LOAD = 0,
+  PAP_BOARD_STORE,
+  PAP_BOARD_FADD,
+  PAP_BOARD_CAS /* *oldOut gets the previous value; swapped when it equaled cmp */
+};
+
 struct papConn; /* one per (backend, peer); owned by the backend */
 struct papReq; /* one per posted isend/irecv; owned by the backend */
 
@@ -71,6 +85,11 @@ struct papTransportOps {
   void (*wake)(void* state);
   /* Direct-access staging area of rank r on this host, or NULL (sizeOut gets its bytes). */
   void* (*staging)(void* state, int r, size_t* sizeOut);
+  /* One sequentially consistent operation on word idx of the arrival board. */
+  papcclResult_t (*boardAtomic)(void* state, size_t idx, int op, uint64_t val, uint64_t cmp,
+                                uint64_t* oldOut);
+  /* Rings peer's doorbell (its sleepers in wait() return). */
+  void (*notify)(void* state, int peer);
   void (*close)(struct papConn* conn);
   void (*finalize)(void* state);
 };

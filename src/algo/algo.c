@@ -15,25 +15,34 @@ const char* papAlgoName(enum papAlgo a) {
     return "ring";
   case PAP_ALGO_RHD:
     return "rhd";
+  case PAP_ALGO_AC2S:
+    return "ac2s";
+  case PAP_ALGO_AC2S_DET:
+    return "ac2s-det";
   default:
     return "auto";
   }
+}
+
+enum papAlgo papAlgoFromName(const char* name) {
+  if (strcasecmp(name, "ring") == 0) return PAP_ALGO_RING;
+  if (strcasecmp(name, "rhd") == 0) return PAP_ALGO_RHD;
+  if (strcasecmp(name, "ac2s") == 0) return PAP_ALGO_AC2S;
+  static int warned;
+  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    PAP_WARN(
+        "PAPCCL_ALGO=%s is not an allreduce algorithm of this build (ring, rhd, ac2s); "
+        "choosing automatically",
+        name);
+  return PAP_ALGO_AUTO;
 }
 
 enum papAlgo papAlgoSelectAllReduce(size_t bytes, int nranks) {
   (void)nranks; /* the size switch alone decides today; the PAP selector will use nranks */
   const char* force = papParamAlgo();
   if (force) {
-    if (strcasecmp(force, "ring") == 0) return PAP_ALGO_RING;
-    if (strcasecmp(force, "rhd") == 0) return PAP_ALGO_RHD;
-    /* PAP plans (ac2s, chain, small) arrive with the PAP engine; unknown names fall through
-     * to the automatic choice, which papParamAlgo's reader has not validated: warn once. */
-    static int warned;
-    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-      PAP_WARN(
-          "PAPCCL_ALGO=%s is not an allreduce algorithm of this build (ring, rhd); "
-          "choosing automatically",
-          force);
+    enum papAlgo a = papAlgoFromName(force);
+    if (a == PAP_ALGO_RING || a == PAP_ALGO_RHD) return a;
   }
   return bytes <= (size_t)papParamRhdMaxBytes() ? PAP_ALGO_RHD : PAP_ALGO_RING;
 }
@@ -46,11 +55,17 @@ papcclResult_t papPlanCopyIfNeeded(struct papEngine* e, void* dst, const void* s
 papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op) {
   papPlanBeginOp(e, op->seq);
   switch (op->coll) {
-  case PAP_COLL_ALLREDUCE: {
-    size_t bytes = op->count * papKernTypeSize(op->dtype);
-    if (papAlgoSelectAllReduce(bytes, e->nranks) == PAP_ALGO_RHD) return papAllReduceRhd(e, op);
-    return papAllReduceRing(e, op);
-  }
+  case PAP_COLL_ALLREDUCE:
+    /* op->algo was fixed at arrival: the same on every rank (src/pap/arrival.c). */
+    switch (op->algo) {
+    case PAP_ALGO_RHD:
+      return papAllReduceRhd(e, op);
+    case PAP_ALGO_AC2S:
+    case PAP_ALGO_AC2S_DET:
+      return papAllReduceAc2s(e, op);
+    default:
+      return papAllReduceRing(e, op);
+    }
   case PAP_COLL_BROADCAST:
     return papPlanBroadcast(e, op);
   case PAP_COLL_REDUCE:

@@ -8,10 +8,14 @@
 
 #include "proxy/engine.h"
 
+/* Stored in the arrival board's commit word (6 bits). */
 enum papAlgo {
   PAP_ALGO_AUTO = 0,
   PAP_ALGO_RING,
-  PAP_ALGO_RHD
+  PAP_ALGO_RHD,
+  PAP_ALGO_AC2S, /* arrival-committed two-shot (src/algo/ac2s.c) */
+  PAP_ALGO_AC2S_DET, /* the same, each element reduced along one canonical tree */
+  PAP_ALGO_COUNT
 };
 
 /* Planners return this when a plan-building call failed (out of memory, already logged). */
@@ -29,9 +33,11 @@ papcclResult_t papPlanCopyIfNeeded(struct papEngine* e, void* dst, const void* s
 /* Appends the steps of op to the engine's plan. */
 papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op);
 
-/* The allreduce algorithm for bytes on nranks: PAPCCL_ALGO, else by size. */
+/* The classic allreduce algorithm for bytes on nranks: PAPCCL_ALGO=ring|rhd, else by size. */
 enum papAlgo papAlgoSelectAllReduce(size_t bytes, int nranks);
 const char* papAlgoName(enum papAlgo a);
+/* PAPCCL_ALGO value to algorithm (PAP_ALGO_AUTO when unknown, after one warning). */
+enum papAlgo papAlgoFromName(const char* name);
 
 /* A buffer cut into blocks, each cut into chunks ("units"). Tracks per unit the last step
  * that wrote it and the last that read it, and whether the result buffer holds it yet, so
@@ -67,6 +73,8 @@ int papGeomRecvReduce(struct papEngine* e, struct papGeom* g, int peer, int b, i
 /* Per-collective planners. */
 papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op);
+/* AC2S over op->owners[0..op->nE-1] (PAP_ALGO_AC2S or _DET in op->algo). */
+papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papPlanAllGather(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papPlanReduceScatter(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papPlanBroadcast(struct papEngine* e, struct papOpDesc* op);

@@ -15,6 +15,7 @@
 #include "enqueue/enqueue.h"
 #include "futex.h"
 #include "log.h"
+#include "pap/pap.h"
 #include "param.h"
 
 /* ---- Tombstones: destroyed comm shells stay readable (magic DEAD) until exit ------------ */
@@ -214,6 +215,7 @@ static papcclResult_t commSetup(struct papComm* comm) {
   PAP_CHECK_GOTO(papEngineInit(&comm->engine, comm->rank, n, comm->tops, comm->tstate, comm->conns,
                                (const volatile int*)&comm->abortFlag),
                  res, out);
+  PAP_CHECK_GOTO(papPapInit(comm), res, out);
   PAP_INFO(PAP_LOG_INIT, "comm %p rank %d nranks %d ready (transport %s)", (void*)comm, comm->rank,
            n, comm->tops->name);
 out:
@@ -226,6 +228,7 @@ out:
 static void commTeardown(struct papComm* comm) {
   papProgressStop(comm);
   if (comm->engine.steps || comm->engine.lastSend) papEngineFree(&comm->engine);
+  papPapFree(comm);
   if (comm->tstate) comm->tops->finalize(comm->tstate);
   comm->tstate = NULL;
   papBootstrapDestroy(comm->bs);

@@ -15,6 +15,7 @@
 #define PAP_COMM_DEAD 0x64656164d4d4f43ull
 
 struct papBootstrap;
+struct papPapState;
 struct papJob;
 
 /* Ops created by papcclRedOpCreatePreMulSum live in a small per-comm table. */
@@ -56,6 +57,7 @@ struct papComm {
   uint64_t* hostIds;
 
   struct papEngine engine; /* the plan being executed; owned by the progress-lock holder */
+  struct papPapState* pap; /* arrival statistics and selector; same owner */
   pthread_mutex_t progressLock;
 
   struct papUserOp userOps[PAP_MAX_USER_OPS];

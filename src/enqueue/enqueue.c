@@ -110,8 +110,7 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
     struct papComm* comm = comms[c];
     struct papEngine* e = &comm->engine;
     PAP_CHECK(comm->tops->progress(comm->tstate));
-    int end = e->first + e->window;
-    if (end > e->nsteps) end = e->nsteps;
+    int end = papEngineScanEnd(e);
     for (int i = e->first; i < end; i++) {
       struct papStep* s = &e->steps[i];
       if (s->state == PAP_STEP_DONE || s->peer < 0) continue;
@@ -203,6 +202,25 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
   }
 }
 
+static int isColl(const struct papOpDesc* op) {
+  return op->coll != PAP_COLL_SEND && op->coll != PAP_COLL_RECV;
+}
+
+/* Every collective arrives on its comm's board (in call order); then the ops whose plan
+ * depends on the arrivals wait for the decider's commit. A batch of several ops (a group)
+ * takes plans every rank can choose alone. */
+static papcclResult_t arriveAll(struct papOpDesc* ops, int nops) {
+  int grouped = nops > 1;
+  for (int i = 0; i < nops; i++) {
+    if (!isColl(&ops[i])) continue;
+    struct papComm* comm = ops[i].comm;
+    PAP_CHECK(papPapArrive(comm, &ops[i], papPapNeedsDecision(comm, &ops[i], grouped)));
+  }
+  for (int i = 0; i < nops; i++)
+    if (isColl(&ops[i])) PAP_CHECK(papPapAwaitPlan(ops[i].comm, &ops[i]));
+  return papcclSuccess;
+}
+
 papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
   papcclResult_t res = papcclSuccess;
   struct papComm* stackComms[8];
@@ -240,13 +258,20 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
       res = (papcclResult_t)err;
       goto out;
     }
-    PAP_CHECK_GOTO(buildPlan(comms[c], ops, nops), res, out);
   }
-  res = driveAll(comms, ncomms);
-  if (res != papcclSuccess) {
-    /* The queues now hold a partial exchange: the comm cannot be used again. */
+  res = arriveAll(ops, nops);
+  for (int c = 0; c < ncomms && res == papcclSuccess; c++)
+    res = buildPlan(comms[c], ops, nops);
+  int driven = res == papcclSuccess;
+  if (driven) res = driveAll(comms, ncomms);
+  if (res == papcclSuccess) {
+    for (int i = 0; i < nops; i++)
+      papPapComplete(ops[i].comm, &ops[i]);
+  } else {
+    /* The queues (or the arrival board) now hold a partial exchange: the comm cannot be
+     * used again. */
     for (int c = 0; c < ncomms; c++) {
-      if (!papEngineDone(&comms[c]->engine)) papCommSetError(comms[c], res);
+      if (!driven || !papEngineDone(&comms[c]->engine)) papCommSetError(comms[c], res);
       papPlanReset(&comms[c]->engine);
     }
   }
@@ -267,6 +292,7 @@ papcclResult_t papEnqueue(struct papOpDesc* op) {
     op->seq = comm->p2pRecvCount[op->root]++ | (1ull << 31);
   else
     op->seq = comm->collSeq++ & 0x7fffffffull;
+  op->arr.tArr = papNowNs(); /* the rank arrives when it calls (host buffers) */
   if (papGroupDepth() > 0) return papGroupAddOp(op);
   if (!comm->blocking) {
     struct papJob* job = NULL;

@@ -52,6 +52,7 @@ void papEngineFree(struct papEngine* e) {
 void papPlanReset(struct papEngine* e) {
   e->nsteps = 0;
   e->first = 0;
+  e->scanAll = 0;
   e->scratchUsed = 0;
   for (int p = 0; p < e->nranks; p++) {
     e->lastSend[p] = -1;
@@ -282,8 +283,7 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
 
 papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
   int progressed = 0;
-  int end = e->first + e->window;
-  if (end > e->nsteps) end = e->nsteps;
+  int end = papEngineScanEnd(e);
   for (int i = e->first; i < end; i++) {
     struct papStep* s = &e->steps[i];
     if (s->state == PAP_STEP_IDLE) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "pap/pap.h"
 #include "papccl.h"
 #include "transport/transport.h"
 
@@ -41,6 +42,11 @@ struct papOpDesc {
   int root; /* or peer for send/recv */
   uint64_t seq; /* collective sequence number, or p2p message number */
   void* tmp; /* owned: scaled input for pre-multiplied sum */
+  /* Fixed before planning, identical on every rank (allreduce). */
+  int algo; /* enum papAlgo */
+  int nE; /* AC2S: early ranks (block owners) */
+  const int32_t* owners; /* AC2S: owner of block j, in arrival order */
+  struct papArrival arr;
 };
 
 enum papStepKind {
@@ -95,6 +101,7 @@ struct papEngine {
   int cap;
   int first; /* every step before it is done */
   int window; /* steps scanned past `first` */
+  int scanAll; /* this plan is scanned whole (PAP plans: early work never waits behind late) */
   int32_t* lastSend; /* [nranks] during plan building */
   int32_t* lastRecv;
   uint32_t* sendN; /* [nranks] messages to each peer in the current op (tags) */
@@ -125,6 +132,14 @@ int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, 
                   papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1);
 /* Marks a RECV step whose destination the plan never reads again (see PAP_STEP_F_FINAL). */
 void papPlanMarkFinal(struct papEngine* e, int idx);
+/* Scan the whole plan each pass instead of a window (until papPlanReset). */
+static inline void papPlanScanAll(struct papEngine* e) {
+  e->scanAll = 1;
+}
+static inline int papEngineScanEnd(const struct papEngine* e) {
+  int end = e->scanAll ? e->nsteps : e->first + e->window;
+  return end > e->nsteps ? e->nsteps : end;
+}
 /* Scratch memory valid until the next papPlanReset. */
 papcclResult_t papPlanScratch(struct papEngine* e, size_t bytes, void** ptrOut);
 /* 1 if a plan-building call failed since papPlanReset. */

@@ -18,12 +18,13 @@
 #include "transport/transport.h"
 
 #define SHM_MAGIC 0x70617073686d3031ull /* "papshm01" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2
 #define SHM_REQS_PER_CONN 1024
 
 /* Segment layout (each rank owns one; peers map it):
  *   struct shmHeader | struct shmBoard | nranks x struct shmFifo (inbound, from rank p) |
- *   nranks x nslots x struct shmMeta | nranks x nslots x slotSize data | staging */
+ *   nranks x nslots x struct shmMeta | PAP arrival board (used in rank 0's segment) |
+ *   nranks x nslots x slotSize data | staging */
 struct shmHeader {
   uint64_t magic;
   uint32_t version;
@@ -37,14 +38,11 @@ struct shmHeader {
   char pad[64 - 44];
 };
 
-/* One cache line per rank: the doorbell its sleepers wait on, and the arrival word the PAP
- * engine uses (sequence number and CLOCK_MONOTONIC stamp of the rank's last arrival). */
+/* One cache line per rank: the doorbell its sleepers wait on. */
 struct shmBoard {
   _Atomic uint32_t bell; /* futex word; bumped by anyone who may unblock this rank */
   _Atomic uint32_t sleepers; /* threads of this rank inside wait() */
-  _Atomic uint64_t arrivalSeq;
-  _Atomic uint64_t arrivalNs;
-  char pad[64 - 24];
+  char pad[64 - 8];
 };
 
 struct shmFifo {
@@ -67,6 +65,7 @@ struct shmSeg {
   struct shmBoard* board;
   struct shmFifo* fifos; /* [nranks] */
   struct shmMeta* metas; /* [nranks][nslots] */
+  _Atomic uint64_t* pap; /* papBoardWords(nranks) */
   char* data; /* [nranks][nslots][slotSize] */
   char* staging;
 };
@@ -136,7 +135,8 @@ static size_t alignUp(size_t v, size_t a) {
 static size_t segBytes(int nranks, uint32_t slotSize, uint32_t nslots, size_t staging) {
   size_t b = sizeof(struct shmHeader) + sizeof(struct shmBoard);
   b += (size_t)nranks * sizeof(struct shmFifo);
-  b = alignUp(b + (size_t)nranks * nslots * sizeof(struct shmMeta), 4096);
+  b = alignUp(b + (size_t)nranks * nslots * sizeof(struct shmMeta), 64);
+  b = alignUp(b + papBoardWords(nranks) * sizeof(uint64_t), 4096);
   b += (size_t)nranks * nslots * slotSize;
   b = alignUp(b, 4096) + alignUp(staging, 4096);
   return b;
@@ -148,7 +148,9 @@ static void segLayout(struct shmSeg* s, int nranks, uint32_t slotSize, uint32_t 
   s->board = (struct shmBoard*)(p + sizeof(struct shmHeader));
   s->fifos = (struct shmFifo*)(p + sizeof(struct shmHeader) + sizeof(struct shmBoard));
   s->metas = (struct shmMeta*)(s->fifos + nranks);
-  size_t off = alignUp((size_t)((char*)(s->metas + (size_t)nranks * nslots) - p), 4096);
+  size_t off = alignUp((size_t)((char*)(s->metas + (size_t)nranks * nslots) - p), 64);
+  s->pap = (_Atomic uint64_t*)(p + off);
+  off = alignUp(off + papBoardWords(nranks) * sizeof(uint64_t), 4096);
   s->data = p + off;
   off = alignUp(off + (size_t)nranks * nslots * slotSize, 4096);
   s->staging = p + off;
@@ -555,6 +557,50 @@ static void* shmStaging(void* state, int r, size_t* sizeOut) {
   return st->conns[r]->peerSeg.staging;
 }
 
+/* The board lives in rank 0's segment: our own, or rank 0's as mapped at connect. */
+static papcclResult_t shmBoardAtomic(void* state, size_t idx, int op, uint64_t val, uint64_t cmp,
+                                     uint64_t* oldOut) {
+  struct shmState* st = (struct shmState*)state;
+  struct shmSeg* seg = st->rank == 0 ? &st->self : st->conns[0] ? &st->conns[0]->peerSeg : NULL;
+  if (seg == NULL || idx >= papBoardWords(st->nranks)) {
+    PAP_WARN("shm: arrival board word %zu is out of reach (rank 0 %s)", idx,
+             seg ? "mapped" : "not mapped");
+    return papcclInternalError;
+  }
+  _Atomic uint64_t* w = &seg->pap[idx];
+  uint64_t old = 0;
+  switch (op) {
+  case PAP_BOARD_LOAD:
+    old = atomic_load(w);
+    break;
+  case PAP_BOARD_STORE:
+    atomic_store(w, val);
+    break;
+  case PAP_BOARD_FADD:
+    old = atomic_fetch_add(w, val);
+    break;
+  case PAP_BOARD_CAS:
+    old = cmp;
+    atomic_compare_exchange_strong(w, &old, val);
+    break;
+  default:
+    PAP_WARN("shm: unknown arrival board operation %d", op);
+    return papcclInternalError;
+  }
+  if (oldOut) *oldOut = old;
+  return papcclSuccess;
+}
+
+static void shmNotify(void* state, int peer) {
+  struct shmState* st = (struct shmState*)state;
+  if (peer == st->rank) {
+    shmWake(state);
+    return;
+  }
+  if (peer < 0 || peer >= st->nranks || st->conns[peer] == NULL) return;
+  ringBoard(st->conns[peer]->peerSeg.board);
+}
+
 static void shmClose(struct papConn* c) {
   if (c == NULL) return;
   /* The peer's segment name is not ours to unlink: its owner or its last mapper does. */
@@ -591,6 +637,8 @@ const struct papTransportOps papTransportShm = {
     .wait = shmWait,
     .wake = shmWake,
     .staging = shmStaging,
+    .boardAtomic = shmBoardAtomic,
+    .notify = shmNotify,
     .close = shmClose,
     .finalize = shmFinalize,
 };

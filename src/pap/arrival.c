@@ -1,0 +1,564 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Arrival tracking on the board, the decider's commit, the waiters, and per-op statistics
+ * (docs/PAP-ENGINE.md sections 1-3). */
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "alloc.h"
+#include "check.h"
+#include "comm/comm.h"
+#include "futex.h"
+#include "log.h"
+#include "pap/pap.h"
+#include "param.h"
+
+/* Board word indices of slot s: word, (reserved), rank_at[N], t_arr[N], t_done[N]. */
+static inline size_t slotBase(int n, int slot) {
+  return (size_t)slot * (2 + 3 * (size_t)n);
+}
+#define IDX_WORD(n, s) (slotBase(n, s))
+#define IDX_RANKAT(n, s, p) (slotBase(n, s) + 2 + (size_t)(p))
+#define IDX_TARR(n, s, r) (slotBase(n, s) + 2 + (size_t)(n) + (size_t)(r))
+#define IDX_TDONE(n, s, r) (slotBase(n, s) + 2 + 2 * (size_t)(n) + (size_t)(r))
+
+static papcclResult_t bLoad(struct papComm* comm, size_t idx, uint64_t* v) {
+  return comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_LOAD, 0, 0, v);
+}
+static papcclResult_t bStore(struct papComm* comm, size_t idx, uint64_t v) {
+  return comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_STORE, v, 0, NULL);
+}
+static papcclResult_t bCas(struct papComm* comm, size_t idx, uint64_t expect, uint64_t desired,
+                           int* okOut) {
+  uint64_t old = 0;
+  PAP_CHECK(comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_CAS, desired, expect, &old));
+  *okOut = old == expect;
+  return papcclSuccess;
+}
+
+static inline uint32_t genOf(uint64_t seq) {
+  return (uint32_t)((seq / PAP_BOARD_SLOTS + 1) & PAP_GEN_MASK);
+}
+
+/* Generation a is older than b (24-bit wrap). */
+static inline int genOlder(uint32_t a, uint32_t b) {
+  uint32_t d = (b - a) & PAP_GEN_MASK;
+  return d != 0 && d < (PAP_GEN_MASK >> 1);
+}
+
+static inline uint64_t makeWord(uint32_t gen, int algo, int commit, int decided, uint32_t nE,
+                                uint32_t count) {
+  return ((uint64_t)gen << 40) | ((uint64_t)(algo & 0x3f) << 34) | ((uint64_t)(commit & 1) << 33) |
+         ((uint64_t)(decided & 1) << 32) | ((uint64_t)(nE & 0xffff) << 16) | (count & 0xffff);
+}
+
+papcclResult_t papPapInit(struct papComm* comm) {
+  struct papPapState* ps = NULL;
+  int n = comm->nranks;
+  PAP_CHECK(papCalloc(&ps, 1));
+  ps->nranks = n;
+  if (papCalloc(&ps->owners, (size_t)n) != papcclSuccess ||
+      papCalloc(&ps->ident, (size_t)n) != papcclSuccess ||
+      papCalloc(&ps->order, (size_t)n) != papcclSuccess ||
+      papCalloc(&ps->stamps, (size_t)n) != papcclSuccess ||
+      papCalloc(&ps->sorted, (size_t)n) != papcclSuccess ||
+      papCalloc(&ps->sumLate, (size_t)n) != papcclSuccess ||
+      papCalloc(&ps->late, (size_t)n) != papcclSuccess) {
+    comm->pap = ps;
+    papPapFree(comm);
+    return papcclSystemError;
+  }
+  for (int r = 0; r < n; r++)
+    ps->ident[r] = r;
+  ps->st.nranks = n;
+  ps->st.lastLateRank = -1;
+  ps->st.habitualLateRank = -1;
+  for (int i = 0; i < PAPCCL_PAP_STATS_MAX_RANKS; i++)
+    ps->st.lastOrder[i] = -1;
+  snprintf(ps->st.lastAlgoName, sizeof(ps->st.lastAlgoName), "none");
+  comm->pap = ps;
+  return papcclSuccess;
+}
+
+void papPapFree(struct papComm* comm) {
+  struct papPapState* ps = comm->pap;
+  if (ps == NULL) return;
+  free(ps->owners);
+  free(ps->ident);
+  free(ps->order);
+  free(ps->stamps);
+  free(ps->sorted);
+  free(ps->sumLate);
+  free(ps->late);
+  free(ps);
+  comm->pap = NULL;
+}
+
+static int forcedAlgo(void) {
+  const char* f = papParamAlgo();
+  if (f == NULL) return PAP_ALGO_AUTO;
+  return papAlgoFromName(f);
+}
+
+/* The algorithm every rank can choose alone (no arrival information needed). */
+static void localChoice(const struct papComm* comm, struct papOpDesc* op) {
+  int n = comm->nranks;
+  size_t bytes = op->count * papKernTypeSize(op->dtype);
+  op->nE = n;
+  op->owners = comm->pap->ident;
+  if (papParamDeterministic()) {
+    op->algo = PAP_ALGO_AC2S_DET;
+    return;
+  }
+  int f = forcedAlgo();
+  if (f == PAP_ALGO_AC2S && papParamPap()) {
+    op->algo = PAP_ALGO_AC2S;
+    return;
+  }
+  op->algo = papAlgoSelectAllReduce(bytes, n);
+}
+
+int papPapNeedsDecision(const struct papComm* comm, const struct papOpDesc* op, int grouped) {
+  if (op->coll != PAP_COLL_ALLREDUCE || op->count == 0 || comm->nranks < 2 || grouped) return 0;
+  if (papParamDeterministic()) return 1;
+  if (!papParamPap()) return 0;
+  int f = forcedAlgo();
+  if (f == PAP_ALGO_RING || f == PAP_ALGO_RHD) return 0;
+  return 1;
+}
+
+papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int decided) {
+  struct papArrival* a = &op->arr;
+  int n = comm->nranks;
+  a->used = 0;
+  a->decided = decided;
+  if (op->coll == PAP_COLL_ALLREDUCE) localChoice(comm, op);
+  if (comm->tops->boardAtomic == NULL || n > 0xffff) return papcclSuccess;
+  a->slot = (int)(op->seq % PAP_BOARD_SLOTS);
+  a->gen = genOf(op->seq);
+  if (a->tArr == 0) a->tArr = papNowNs();
+  size_t wi = IDX_WORD(n, a->slot);
+  uint64_t w = 0, nw = 0;
+  for (;;) {
+    PAP_CHECK(bLoad(comm, wi, &w));
+    uint32_t g = PAP_W_GEN(w);
+    if (g == a->gen) {
+      if (PAP_W_DECIDED(w) != decided) {
+        PAP_WARN(
+            "collective #%llu: rank %d %s the arrival commit but another rank does not (the "
+            "same collective was called inside a group on some ranks and alone on others; "
+            "group alike on every rank or set PAPCCL_PAP=0)",
+            (unsigned long long)op->seq, comm->rank, decided ? "waits for" : "skips");
+        return papcclInvalidUsage;
+      }
+      if (PAP_W_COUNT(w) >= (uint32_t)n) {
+        PAP_WARN("collective #%llu: more arrivals than ranks on the board (mismatched calls?)",
+                 (unsigned long long)op->seq);
+        return papcclInvalidUsage;
+      }
+      nw = w + 1;
+    } else if (g == 0 || genOlder(g, a->gen)) {
+      nw = makeWord(a->gen, 0, 0, decided, 0, 1);
+    } else {
+      /* A peer is already PAP_BOARD_SLOTS collectives ahead and reused the slot: possible
+       * only for collectives a rank finishes without us (broadcast, gather, ...). No record. */
+      if (decided) {
+        PAP_WARN("collective #%llu: the arrival slot was reused before rank %d arrived",
+                 (unsigned long long)op->seq, comm->rank);
+        return papcclInternalError;
+      }
+      return papcclSuccess;
+    }
+    int ok = 0;
+    PAP_CHECK(bCas(comm, wi, w, nw, &ok));
+    if (ok) break;
+  }
+  a->used = 1;
+  a->pos = PAP_W_GEN(w) == a->gen ? (int)PAP_W_COUNT(w) : 0;
+  a->oldWord = PAP_W_GEN(w) == a->gen ? w : 0;
+  /* Stamp before the position entry: a reader that sees the entry sees the stamp. */
+  PAP_CHECK(bStore(comm, IDX_TARR(n, a->slot, comm->rank), a->tArr));
+  PAP_CHECK(bStore(comm, IDX_RANKAT(n, a->slot, a->pos),
+                   ((uint64_t)a->gen << 32) | (uint32_t)(comm->rank + 1)));
+  if (decided && a->pos > 0 && !PAP_W_COMMIT(w)) {
+    /* Wake the decider; if its entry is not written yet, it reads the word after writing it
+     * (seq_cst on both sides), so it sees this arrival. */
+    uint64_t v = 0;
+    PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
+    if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
+  }
+  return papcclSuccess;
+}
+
+/* Rank at arrival position p (waits for the entry: it is written right after the CAS). */
+static papcclResult_t rankAt(struct papComm* comm, const struct papArrival* a, int p, int* rOut,
+                             uint64_t deadline) {
+  int n = comm->nranks;
+  for (unsigned i = 0;; i++) {
+    uint64_t v = 0;
+    PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, p), &v));
+    if ((uint32_t)(v >> 32) == a->gen) {
+      int r = (int)(uint32_t)v - 1;
+      if (r < 0 || r >= n) {
+        PAP_WARN("arrival board: position %d holds rank %d of %d", p, r, n);
+        return papcclInternalError;
+      }
+      *rOut = r;
+      return papcclSuccess;
+    }
+    if ((i & 255) == 255) {
+      if (papNowNs() > deadline) {
+        PAP_WARN("arrival board: position %d was taken but never filled (rank died?)", p);
+        return papcclRemoteError;
+      }
+      if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
+        PAP_WARN("operation cancelled: communicator (rank %d) was aborted", comm->rank);
+        return papcclInvalidUsage;
+      }
+    }
+    sched_yield();
+  }
+}
+
+static papcclResult_t waitChecks(struct papComm* comm, const struct papArrival* a, uint64_t now,
+                                 uint64_t deadline, uint64_t* nextHealth, const char* what) {
+  if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
+    PAP_WARN("operation cancelled: communicator (rank %d) was aborted", comm->rank);
+    return papcclInvalidUsage;
+  }
+  if (now >= deadline) {
+    PAP_WARN(
+        "collective #%llu timed out after %lld s (PAPCCL_TIMEOUT_S) %s: a rank never arrived "
+        "or is dead",
+        (unsigned long long)a->gen, (long long)papParamTimeoutS(), what);
+    return papcclRemoteError;
+  }
+  if (now >= *nextHealth) {
+    *nextHealth = now + 100000000ull;
+    for (int r = 0; r < comm->nranks; r++) {
+      if (r == comm->rank || comm->tops->peerAlive(comm->tstate, r)) continue;
+      PAP_WARN("rank %d (pid %d) exited while rank %d waits %s", r, comm->pids[r], comm->rank,
+               what);
+      return papcclRemoteError;
+    }
+  }
+  return papcclSuccess;
+}
+
+/* The decider: choose, wait for arrivals if PAP-aware, commit with one CAS. */
+static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, uint64_t deadline,
+                             uint64_t* wordOut) {
+  struct papArrival* a = &op->arr;
+  int n = comm->nranks;
+  size_t wi = IDX_WORD(n, a->slot);
+  size_t bytes = op->count * papKernTypeSize(op->dtype);
+  struct papSelChoice ch = papSelect(comm, op);
+  int nMin = n;
+  if (ch.wait && papParamPap()) {
+    nMin = (n + 1) / 2; /* rho = 0.5 */
+    if (nMin < 2) nMin = 2;
+  }
+  uint64_t tau = papSelectGapNs(comm, bytes);
+  uint32_t lastCnt = 0;
+  uint64_t lastChange = papNowNs();
+  uint64_t nextHealth = lastChange + 100000000ull;
+  for (;;) {
+    uint32_t tok = comm->tops->waitToken(comm->tstate);
+    uint64_t w = 0;
+    papcclResult_t res = bLoad(comm, wi, &w);
+    if (res != papcclSuccess) {
+      comm->tops->wait(comm->tstate, tok, 0);
+      return res;
+    }
+    uint32_t cnt = PAP_W_COUNT(w);
+    uint64_t now = papNowNs();
+    if (cnt != lastCnt) {
+      lastCnt = cnt;
+      lastChange = now;
+    }
+    int commit =
+        !ch.wait || cnt == (uint32_t)n || (cnt >= (uint32_t)nMin && now - lastChange >= tau);
+    if (commit) {
+      comm->tops->wait(comm->tstate, tok, 0);
+      uint64_t cw = makeWord(a->gen, ch.algo, 1, 1, cnt, cnt);
+      int ok = 0;
+      PAP_CHECK(bCas(comm, wi, w, cw, &ok));
+      if (!ok) continue; /* someone arrived in between: decide again */
+      *wordOut = cw;
+      return papcclSuccess;
+    }
+    res = waitChecks(comm, a, now, deadline, &nextHealth, "for arrivals (decider)");
+    if (res != papcclSuccess) {
+      comm->tops->wait(comm->tstate, tok, 0);
+      return res;
+    }
+    int64_t slice = 100000000;
+    if (cnt >= (uint32_t)nMin) slice = (int64_t)(lastChange + tau - now);
+    if (slice < 1000) slice = 1000;
+    comm->tops->wait(comm->tstate, tok, slice);
+  }
+}
+
+/* Ranks that arrived before the commit: wait for it (bounded spin, then the doorbell). */
+static papcclResult_t awaitCommit(struct papComm* comm, struct papOpDesc* op, uint64_t deadline,
+                                  uint64_t* wordOut) {
+  struct papArrival* a = &op->arr;
+  size_t wi = IDX_WORD(comm->nranks, a->slot);
+  uint64_t spinNs = comm->oversubscribed ? 0 : (uint64_t)papParamSpinUs() * 1000ull;
+  uint64_t start = papNowNs();
+  uint64_t nextHealth = start + 100000000ull;
+  for (unsigned i = 0;; i++) {
+    uint64_t w = 0;
+    PAP_CHECK(bLoad(comm, wi, &w));
+    if (PAP_W_GEN(w) == a->gen && PAP_W_COMMIT(w)) {
+      *wordOut = w;
+      return papcclSuccess;
+    }
+    uint64_t now = papNowNs();
+    if (now - start < spinNs) {
+      sched_yield();
+      continue;
+    }
+    uint32_t tok = comm->tops->waitToken(comm->tstate);
+    papcclResult_t res = bLoad(comm, wi, &w);
+    if (res == papcclSuccess && PAP_W_GEN(w) == a->gen && PAP_W_COMMIT(w)) {
+      comm->tops->wait(comm->tstate, tok, 0);
+      *wordOut = w;
+      return papcclSuccess;
+    }
+    if (res == papcclSuccess)
+      res = waitChecks(comm, a, now, deadline, &nextHealth, "for the arrival commit");
+    if (res != papcclSuccess) {
+      comm->tops->wait(comm->tstate, tok, 0);
+      return res;
+    }
+    comm->tops->wait(comm->tstate, tok, 100000000);
+  }
+}
+
+papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
+  struct papArrival* a = &op->arr;
+  if (!a->used || !a->decided) return papcclSuccess;
+  int n = comm->nranks;
+  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  uint64_t w = a->oldWord;
+  if (!PAP_W_COMMIT(w)) {
+    if (a->pos == 0) {
+      PAP_CHECK(decide(comm, op, deadline, &w));
+      /* Wake everyone who arrived before the commit. */
+      for (uint32_t p = 1; p < PAP_W_NE(w); p++) {
+        uint64_t v = 0;
+        PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, p), &v));
+        if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
+      }
+    } else {
+      PAP_CHECK(awaitCommit(comm, op, deadline, &w));
+    }
+  }
+  int nE = (int)PAP_W_NE(w);
+  int algo = PAP_W_ALGO(w);
+  if (nE < 1 || nE > n || algo <= PAP_ALGO_AUTO || algo >= PAP_ALGO_COUNT) {
+    PAP_WARN("arrival board: invalid commit (algo %d, %d early of %d)", algo, nE, n);
+    return papcclInternalError;
+  }
+  op->algo = algo;
+  op->nE = nE;
+  op->owners = comm->pap->owners;
+  if (algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET) {
+    for (int p = 0; p < nE; p++)
+      PAP_CHECK(rankAt(comm, a, p, &comm->pap->owners[p], deadline));
+  }
+  PAP_TRACE(PAP_LOG_PAP, "collective #%llu: rank %d arrived at position %d; %s with %d early",
+            (unsigned long long)op->seq, comm->rank, a->pos, papAlgoName((enum papAlgo)algo), nE);
+  return papcclSuccess;
+}
+
+static int papAlgoStatsId(int coll, int algo) {
+  if (coll != PAP_COLL_ALLREDUCE) return papcclPapAlgoOther;
+  switch (algo) {
+  case PAP_ALGO_RING:
+    return papcclPapAlgoRing;
+  case PAP_ALGO_RHD:
+    return papcclPapAlgoRhd;
+  case PAP_ALGO_AC2S:
+    return papcclPapAlgoAc2s;
+  case PAP_ALGO_AC2S_DET:
+    return papcclPapAlgoAc2sDet;
+  default:
+    return papcclPapAlgoNone;
+  }
+}
+
+/* Reads every arrival of the op (order, stamps); 0 when the slot is incomplete or reused. */
+static int readArrivals(struct papComm* comm, const struct papArrival* a) {
+  struct papPapState* ps = comm->pap;
+  int n = comm->nranks;
+  uint64_t w = 0;
+  if (bLoad(comm, IDX_WORD(n, a->slot), &w) != papcclSuccess) return 0;
+  if (PAP_W_GEN(w) != a->gen || PAP_W_COUNT(w) != (uint32_t)n) return 0;
+  for (int p = 0; p < n; p++) {
+    uint64_t v = 0;
+    for (int tries = 0; tries < 1000; tries++) {
+      if (bLoad(comm, IDX_RANKAT(n, a->slot, p), &v) != papcclSuccess) return 0;
+      if ((uint32_t)(v >> 32) == a->gen) break;
+      sched_yield();
+    }
+    int r = (int)(uint32_t)v - 1;
+    if ((uint32_t)(v >> 32) != a->gen || r < 0 || r >= n) return 0;
+    ps->order[p] = r;
+  }
+  for (int r = 0; r < n; r++)
+    if (bLoad(comm, IDX_TARR(n, a->slot, r), &ps->stamps[r]) != papcclSuccess) return 0;
+  /* A rank reusing the slot changes the word before it writes a stamp. */
+  if (bLoad(comm, IDX_WORD(n, a->slot), &w) != papcclSuccess || PAP_W_GEN(w) != a->gen) return 0;
+  return 1;
+}
+
+static int cmpU64(const void* x, const void* y) {
+  uint64_t a = *(const uint64_t*)x, b = *(const uint64_t*)y;
+  return a < b ? -1 : a > b;
+}
+
+static void report(struct papComm* comm) {
+  struct papPapState* ps = comm->pap;
+  int64_t every = papParamPapReport();
+  if (every <= 0 || ++ps->reportOps < (uint64_t)every) return;
+  int worst = -1;
+  uint64_t worstN = 0;
+  for (int r = 0; r < ps->nranks && r < PAPCCL_PAP_STATS_MAX_RANKS; r++) {
+    if (ps->reportLate[r] > worstN) {
+      worstN = ps->reportLate[r];
+      worst = r;
+    }
+  }
+  double nc = ps->reportComplete ? (double)ps->reportComplete : 1.0;
+  char habit[96] = "no habitual late rank";
+  if (worst >= 0 && ps->reportComplete >= 8 && worstN * 2 > ps->reportComplete)
+    snprintf(habit, sizeof(habit), "rank %d was last in %llu of %llu", worst,
+             (unsigned long long)worstN, (unsigned long long)ps->reportComplete);
+  if (comm->rank == 0)
+    PAP_INFO(PAP_LOG_PAP,
+             "PAP: last %llu collectives: mean skew %.1f us, mean tail %.1f us, %s; last ran %s",
+             (unsigned long long)ps->reportOps, ps->reportSkew / nc / 1e3,
+             ps->reportTail / nc / 1e3, habit, ps->st.lastAlgoName);
+  ps->reportOps = 0;
+  ps->reportComplete = 0;
+  ps->reportSkew = ps->reportTail = 0;
+  memset(ps->reportLate, 0, sizeof(ps->reportLate));
+}
+
+void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
+  struct papArrival* a = &op->arr;
+  struct papPapState* ps = comm->pap;
+  if (!a->used || ps == NULL) return;
+  int n = comm->nranks;
+  uint64_t tDone = papNowNs();
+  (void)bStore(comm, IDX_TDONE(n, a->slot, comm->rank), tDone);
+  papcclPapStats* st = &ps->st;
+  st->ops++;
+  st->lastSeq = op->seq;
+  st->lastAlgo = papAlgoStatsId(op->coll, op->algo);
+  snprintf(st->lastAlgoName, sizeof(st->lastAlgoName), "%s",
+           op->coll == PAP_COLL_ALLREDUCE ? papAlgoName((enum papAlgo)op->algo) : "classic");
+  st->lastEarly = op->coll == PAP_COLL_ALLREDUCE ? op->nE : n;
+  if (op->coll == PAP_COLL_ALLREDUCE &&
+      (op->algo == PAP_ALGO_AC2S || op->algo == PAP_ALGO_AC2S_DET) && a->decided)
+    st->papOps++;
+  st->lastComplete = readArrivals(comm, a);
+  for (int i = 0; i < PAPCCL_PAP_STATS_MAX_RANKS; i++) {
+    st->lastOrder[i] = -1;
+    st->lastLatenessUs[i] = 0;
+  }
+  if (!st->lastComplete) {
+    st->lastLateRank = -1;
+    st->lastSkewUs = st->lastTailUs = 0;
+    st->lastTimeInCollUs = (double)(tDone - a->tArr) / 1e3;
+    report(comm);
+    return;
+  }
+  uint64_t aMin = UINT64_MAX, aMax = 0;
+  for (int r = 0; r < n; r++) {
+    if (ps->stamps[r] < aMin) aMin = ps->stamps[r];
+    if (ps->stamps[r] > aMax) aMax = ps->stamps[r];
+  }
+  double skew = (double)(aMax - aMin);
+  double tail = tDone > aMax ? (double)(tDone - aMax) : 0.0;
+  double inColl = (double)(tDone - a->tArr);
+  int lateRank = ps->order[n - 1];
+  for (int p = 0; p < n && p < PAPCCL_PAP_STATS_MAX_RANKS; p++)
+    st->lastOrder[p] = ps->order[p];
+  for (int r = 0; r < n; r++) {
+    double l = (double)(ps->stamps[r] - aMin);
+    if (r < PAPCCL_PAP_STATS_MAX_RANKS) st->lastLatenessUs[r] = l / 1e3;
+    ps->sumLate[r] += l;
+  }
+  ps->late[lateRank]++;
+  if (lateRank < PAPCCL_PAP_STATS_MAX_RANKS) ps->reportLate[lateRank]++;
+  st->lastLateRank = lateRank;
+  st->lastSkewUs = skew / 1e3;
+  st->lastTailUs = tail / 1e3;
+  st->lastTimeInCollUs = inColl / 1e3;
+  st->completeOps++;
+  ps->sumSkew += skew;
+  ps->sumTail += tail;
+  ps->sumInColl += inColl;
+  if (st->lastSkewUs > st->maxSkewUs) st->maxSkewUs = st->lastSkewUs;
+  ps->reportComplete++;
+  ps->reportSkew += skew;
+  ps->reportTail += tail;
+
+  /* In-burst gap: mean of the gaps between consecutive arrivals, the largest left out. */
+  double gap = 0;
+  if (n >= 3) {
+    uint64_t* s = ps->sorted;
+    memcpy(s, ps->stamps, sizeof(uint64_t) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(uint64_t), cmpU64);
+    double sum = 0, mx = 0;
+    for (int i = 0; i + 1 < n; i++) {
+      double g = (double)(s[i + 1] - s[i]);
+      sum += g;
+      if (g > mx) mx = g;
+    }
+    gap = (sum - mx) / (double)(n - 2);
+  }
+  if (op->coll == PAP_COLL_ALLREDUCE)
+    papSelectObserve(comm, op->count * papKernTypeSize(op->dtype), skew, gap);
+  report(comm);
+}
+
+PAPCCL_API papcclResult_t papcclCommGetPapStats(papcclComm_t comm, papcclPapStats* stats) {
+  PAP_CHECK(papCommEnter(comm, "papcclCommGetPapStats"));
+  if (stats == NULL) {
+    PAP_WARN("papcclCommGetPapStats: stats is NULL");
+    papCommLeave(comm);
+    return papcclInvalidArgument;
+  }
+  pthread_mutex_lock(&comm->progressLock);
+  struct papPapState* ps = comm->pap;
+  if (ps == NULL) {
+    pthread_mutex_unlock(&comm->progressLock);
+    PAP_WARN("papcclCommGetPapStats: communicator (rank %d) is not initialized yet", comm->rank);
+    papCommLeave(comm);
+    return papcclInvalidUsage;
+  }
+  *stats = ps->st;
+  double nc = ps->st.completeOps ? (double)ps->st.completeOps : 1.0;
+  stats->avgSkewUs = ps->sumSkew / nc / 1e3;
+  stats->avgTailUs = ps->sumTail / nc / 1e3;
+  stats->avgTimeInCollUs = ps->sumInColl / nc / 1e3;
+  stats->habitualLateRank = -1;
+  for (int r = 0; r < ps->nranks; r++) {
+    if (r < PAPCCL_PAP_STATS_MAX_RANKS) {
+      stats->lateCount[r] = ps->late[r];
+      stats->avgLatenessUs[r] = ps->sumLate[r] / nc / 1e3;
+    }
+    if (ps->st.completeOps >= 8 && ps->late[r] * 2 > ps->st.completeOps)
+      stats->habitualLateRank = r;
+  }
+  pthread_mutex_unlock(&comm->progressLock);
+  papCommLeave(comm);
+  return papcclSuccess;
+}

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The PAP engine: arrival tracking on the board, the commit, the selector and the statistics
+ * (docs/PAP-ENGINE.md). */
+#ifndef PAPCCL_PAP_PAP_H_
+#define PAPCCL_PAP_PAP_H_
+
+#include <stdint.h>
+
+#include "papccl.h"
+
+struct papComm;
+struct papOpDesc;
+
+/* Board word: [gen:24 | algo:6 | commit:1 | decided:1 | nE:16 | count:16]. */
+#define PAP_W_COUNT(w) ((uint32_t)((w)&0xffffu))
+#define PAP_W_NE(w) ((uint32_t)(((w) >> 16) & 0xffffu))
+#define PAP_W_DECIDED(w) ((int)(((w) >> 32) & 1u))
+#define PAP_W_COMMIT(w) ((int)(((w) >> 33) & 1u))
+#define PAP_W_ALGO(w) ((int)(((w) >> 34) & 0x3fu))
+#define PAP_W_GEN(w) ((uint32_t)((w) >> 40))
+#define PAP_GEN_MASK 0xffffffu
+
+/* Per-op arrival record on this rank (inside struct papOpDesc). */
+struct papArrival {
+  int used; /* went through the board */
+  int decided; /* the decider chooses the plan; others wait for the commit */
+  int pos; /* arrival position */
+  int slot;
+  uint32_t gen;
+  uint64_t tArr; /* CLOCK_MONOTONIC ns: when the call entered the library */
+  uint64_t oldWord; /* the board word before our arrival (0: we were first) */
+};
+
+/* Size buckets of the selector: floor(log2 bytes). */
+#define PAP_SEL_BUCKETS 48
+
+struct papSelBucket {
+  double skewEma; /* ns */
+  double skew2Ema; /* ns^2 */
+  double gapEma; /* in-burst inter-arrival gap, ns */
+  uint64_t samples;
+  int pap; /* current mode */
+  int up; /* consecutive checks for switching to PAP */
+  int down; /* ... and back */
+};
+
+/* Per-communicator PAP state; owned by the progress-lock holder. */
+struct papPapState {
+  int nranks;
+  struct papSelBucket buckets[PAP_SEL_BUCKETS];
+  int32_t* owners; /* [nranks] plan of the op being built: arrival order */
+  int32_t* ident; /* [nranks] 0..N-1: owners of plans that need no commit */
+  int32_t* order; /* [nranks] scratch for statistics */
+  uint64_t* stamps; /* [nranks] */
+  uint64_t* sorted; /* [nranks] */
+  /* statistics (papcclPapStats) */
+  papcclPapStats st;
+  double sumSkew, sumTail, sumInColl; /* ns, over complete ops */
+  double* sumLate; /* [nranks] ns */
+  uint64_t* late; /* [nranks] times last */
+  uint64_t reportOps; /* ops since the last PAP INFO line */
+  uint64_t reportLate[PAPCCL_PAP_STATS_MAX_RANKS];
+  uint64_t reportComplete;
+  double reportSkew, reportTail;
+};
+
+papcclResult_t papPapInit(struct papComm* comm);
+void papPapFree(struct papComm* comm);
+
+/* Arrival of op on the board (stamp, position). decided: whether the plan waits for the
+ * decider's commit; every rank computes it alike from the op (papPapNeedsDecision). */
+int papPapNeedsDecision(const struct papComm* comm, const struct papOpDesc* op, int grouped);
+papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int decided);
+/* For a decided op: the decider chooses and commits; others wait for it. Fills op->algo,
+ * op->nE and comm->pap->owners. Bounded by PAPCCL_TIMEOUT_S and abort. */
+papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op);
+/* Completion: stamps, statistics, selector. */
+void papPapComplete(struct papComm* comm, struct papOpDesc* op);
+
+/* Selector (select.c). */
+struct papSelChoice {
+  int algo; /* enum papAlgo */
+  int wait; /* PAP-aware: wait for arrivals before committing */
+};
+struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op);
+/* Feeds one complete op's skew and in-burst gap into the bucket of `bytes`. */
+void papSelectObserve(struct papComm* comm, size_t bytes, double skewNs, double gapNs);
+/* tau_gap for the decider: how long without a new arrival before committing. */
+uint64_t papSelectGapNs(const struct papComm* comm, size_t bytes);
+
+#endif /* PAPCCL_PAP_PAP_H_ */

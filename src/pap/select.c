@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The selector: per size bucket, an EMA of the observed skew fed into the alpha-beta cost
+ * model of the PAP design note, with hysteresis (docs/PAP-ENGINE.md section 3). */
+#include <math.h>
+
+#include "algo/algo.h"
+#include "comm/comm.h"
+#include "log.h"
+#include "pap/pap.h"
+#include "param.h"
+
+static int bucketOf(size_t bytes) {
+  int b = 0;
+  while (b + 1 < PAP_SEL_BUCKETS && ((size_t)1 << (b + 1)) <= bytes)
+    b++;
+  return b;
+}
+
+/* Model constants in ns and ns/byte. */
+struct model {
+  double alpha, beta, gamma, o, alphaC;
+};
+
+static struct model modelParams(void) {
+  struct model m;
+  m.alpha = (double)papParamPapAlphaNs();
+  m.beta = (double)papParamPapBetaPs() / 1000.0;
+  m.gamma = (double)papParamPapGammaPs() / 1000.0;
+  m.o = m.alpha * 0.3;
+  m.alphaC = 2 * m.alpha;
+  return m;
+}
+
+/* Time of the best classic allreduce (ring or RHD) on balanced arrivals, which is also its
+ * tail after a late arrival. */
+static double tClassic(const struct model* m, double bytes, int n) {
+  double f = (double)(n - 1) / n;
+  double bw = 2 * f * bytes * m->beta + f * bytes * m->gamma;
+  double ring = 2 * (n - 1) * m->alpha + bw;
+  double rhd = 2 * ceil(log2((double)n)) * m->alpha + bw;
+  return ring < rhd ? ring : rhd;
+}
+
+/* Gain of AC2S over the best classic plan given a skew estimate (ns); > 0 favours AC2S. */
+static double gain(const struct model* m, double bytes, int n, double skewQ, double* tBest) {
+  double best = tClassic(m, bytes, n);
+  double tail = 2 * m->alpha + (n - 1) * m->o + bytes * m->beta + bytes / (n - 1) * m->gamma;
+  double pre = m->alphaC + m->alpha + (n - 2) * m->o +
+               (double)(n - 2) / (n - 1) * bytes * (m->beta + m->gamma);
+  double wait = pre - skewQ;
+  if (wait < 0) wait = 0;
+  *tBest = best;
+  return best - (tail + wait);
+}
+
+struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) {
+  struct papSelChoice c;
+  size_t bytes = op->count * papKernTypeSize(op->dtype);
+  c.algo = papAlgoSelectAllReduce(bytes, comm->nranks);
+  c.wait = 0;
+  if (papParamDeterministic()) {
+    c.algo = PAP_ALGO_AC2S_DET;
+    c.wait = 1;
+    return c;
+  }
+  const char* f = papParamAlgo();
+  if (f && papAlgoFromName(f) == PAP_ALGO_AC2S) {
+    c.algo = PAP_ALGO_AC2S;
+    c.wait = 1;
+    return c;
+  }
+  if (!papParamPap() || comm->nranks <= 2) return c;
+  const struct papSelBucket* b = &comm->pap->buckets[bucketOf(bytes)];
+  if (b->pap) {
+    c.algo = PAP_ALGO_AC2S;
+    c.wait = 1;
+  }
+  return c;
+}
+
+void papSelectObserve(struct papComm* comm, size_t bytes, double skewNs, double gapNs) {
+  struct papSelBucket* b = &comm->pap->buckets[bucketOf(bytes)];
+  const double lambda = 1.0 / 8;
+  if (b->samples == 0) {
+    b->skewEma = skewNs;
+    b->skew2Ema = skewNs * skewNs;
+    b->gapEma = gapNs;
+  } else {
+    b->skewEma += lambda * (skewNs - b->skewEma);
+    b->skew2Ema += lambda * (skewNs * skewNs - b->skew2Ema);
+    b->gapEma += lambda * (gapNs - b->gapEma);
+  }
+  b->samples++;
+  int n = comm->nranks;
+  if (n <= 2) return;
+  struct model m = modelParams();
+  double var = b->skew2Ema - b->skewEma * b->skewEma;
+  double sigma = var > 0 ? sqrt(var) : 0;
+  double q = b->skewEma - sigma;
+  double best = 0;
+  double g = gain(&m, (double)bytes, n, q, &best);
+  double thresh = 0.05 * best;
+  if (thresh < 2 * m.alphaC) thresh = 2 * m.alphaC;
+  int was = b->pap;
+  if (!b->pap) {
+    b->up = g > thresh ? b->up + 1 : 0;
+    if (b->up >= 2) {
+      b->pap = 1;
+      b->up = 0;
+    }
+  } else {
+    b->down = g < 0 ? b->down + 1 : 0;
+    if (b->down >= 4) {
+      b->pap = 0;
+      b->down = 0;
+    }
+  }
+  if (was != b->pap)
+    PAP_INFO(PAP_LOG_PAP,
+             "PAP selector: %zu-byte allreduce on %d ranks -> %s (skew EMA %.1f us, sigma %.1f "
+             "us, modelled gain %.1f us)",
+             bytes, n, b->pap ? "ac2s" : "classic", b->skewEma / 1e3, sigma / 1e3, g / 1e3);
+}
+
+uint64_t papSelectGapNs(const struct papComm* comm, size_t bytes) {
+  const struct papSelBucket* b = &comm->pap->buckets[bucketOf(bytes)];
+  double floorNs = (double)papParamPapGapUs() * 1000.0;
+  double g = 3 * b->gapEma;
+  /* Waiting longer than a whole classic allreduce buys nothing: a mistimed commit costs
+   * about that much at most. */
+  struct model m = modelParams();
+  double cap = tClassic(&m, (double)bytes, comm->nranks);
+  if (g > cap) g = cap;
+  return (uint64_t)(g > floorNs ? g : floorNs);
+}
