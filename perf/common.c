@@ -23,69 +23,6 @@ extern char** environ;
 
 /* ---- Time and arrival patterns --------------------------------------------------------- */
 
-double papPerfNow(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void papPerfDelayUs(double us) {
-  if (us <= 0) return;
-  double end = papPerfNow() + us * 1e-6;
-  double sleepUs = us - 50.0; /* spin the last 50 us: wake-up latency is larger than that */
-  if (sleepUs > 0) {
-    struct timespec ts = {(time_t)(sleepUs * 1e-6), (long)(fmod(sleepUs, 1e6) * 1e3)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-  }
-  while (papPerfNow() < end) {
-  }
-}
-
-int papPerfArrivalParse(const char* text, struct papPerfArrival* out) {
-  char* end;
-  out->lateRank = -1;
-  if (strcmp(text, "balanced") == 0) {
-    out->kind = PAP_PERF_ARRIVAL_BALANCED;
-  } else if (strcmp(text, "staircase") == 0) {
-    out->kind = PAP_PERF_ARRIVAL_STAIRCASE;
-  } else if (strcmp(text, "late") == 0) {
-    out->kind = PAP_PERF_ARRIVAL_LATE;
-  } else if (strncmp(text, "late:", 5) == 0) {
-    long r = strtol(text + 5, &end, 10);
-    if (end == text + 5 || *end != '\0' || r < 0 || r > INT32_MAX) return -1;
-    out->kind = PAP_PERF_ARRIVAL_LATE;
-    out->lateRank = (int)r;
-  } else {
-    return -1;
-  }
-  return 0;
-}
-
-double papPerfArrivalDelayUs(const struct papPerfArrival* a, int rank, int nranks) {
-  if (a->skewUs <= 0) return 0;
-  switch (a->kind) {
-  case PAP_PERF_ARRIVAL_LATE:
-    return rank == (a->lateRank < 0 ? nranks - 1 : a->lateRank) ? a->skewUs : 0;
-  case PAP_PERF_ARRIVAL_STAIRCASE:
-    return nranks > 1 ? a->skewUs * rank / (nranks - 1) : 0;
-  default:
-    return 0;
-  }
-}
-
-void papPerfArrivalDescribe(const struct papPerfArrival* a, int nranks, char* buf, size_t len) {
-  if (a->kind == PAP_PERF_ARRIVAL_LATE) {
-    snprintf(buf, len, "late:%d (skew %g us)", a->lateRank < 0 ? nranks - 1 : a->lateRank,
-             a->skewUs);
-  } else if (a->kind == PAP_PERF_ARRIVAL_STAIRCASE) {
-    snprintf(buf, len, "staircase (rank r arrives r*%g/%d us late)", a->skewUs,
-             nranks > 1 ? nranks - 1 : 1);
-  } else {
-    snprintf(buf, len, "balanced");
-  }
-}
-
 /* ---- Ranks from a launcher ------------------------------------------------------------- */
 
 static int envInt(const char* name, int dflt) {
@@ -187,7 +124,14 @@ struct perfRank {
   atomic_llong opStartNs; /* for -T; 0 when not inside a call */
   double scratchD;
   int64_t scratchI;
+  double* pap; /* [4 * iters] arrival-mode stamps and their reductions */
+  long calls; /* timed calls so far: the arrival pattern's call index */
 };
+
+/* --arrival given: delays are injected and the PAP columns are printed. */
+static int arrivalMode(const struct perfOpts* o) {
+  return o->arrivalSet || o->arrival.skewUs > 0;
+}
 
 static int isPrinter(const struct perfRank* r) {
   return r->p->proc == 0 && r->thread == 0;
@@ -395,12 +339,29 @@ static void printTableHeader(struct perfRank* r) {
         "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place         "
         " \n",
         "", "", "", "", "");
-  PRINT(r, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
-        "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw",
-        "#wrong", pad, o->reportTs ? "timestamp" : "");
-  PRINT(r, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
-        "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
-        pad, o->reportTs ? "%Y-%m-%d %H:%M:%S" : "");
+  if (arrivalMode(o)) {
+    /* papccl extension: per half, the medians over the timed calls of the tail after the
+     * last arrival, the mean time in the call, and the worst-case skew. */
+    PRINT(
+        r,
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  "
+        "%7s  %7s\n",
+        "size", "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", "tail", "inColl",
+        "skew", t, "algbw", "busbw", "#wrong", "tail", "inColl", "skew");
+    PRINT(
+        r,
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  "
+        "%7s  %7s\n",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)",
+        "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)");
+  } else {
+    PRINT(r, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
+          "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw",
+          "#wrong", pad, o->reportTs ? "timestamp" : "");
+    PRINT(r, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
+          "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+          pad, o->reportTs ? "%Y-%m-%d %H:%M:%S" : "");
+  }
   if (isPrinter(r)) {
     jsonKey(r->p, "results");
     jsonOpen(r->p, '[');
@@ -479,17 +440,45 @@ static void benchTime(struct perfRank* r, papcclDataType_t type, int op, int roo
   barrier(r);
 
   double sec;
-  double delayUs = papPerfArrivalDelayUs(&o->arrival, r->rank, p->nranks);
-  if (o->arrival.kind != PAP_PERF_ARRIVAL_BALANCED && o->arrival.skewUs > 0) {
-    /* Arrival pattern: time only the calls, not the injected delays. */
+  double papCols[3] = {0, 0, 0};
+  if (arrivalMode(o)) {
+    /* Arrival pattern: a barrier, this rank's delay, then the call; time only the calls. */
     double inCall = 0;
+    double* st = r->pap;
     for (int it = 0; it < o->iters; it++) {
-      papPerfDelayUs(delayUs);
+      barrier(r);
+      papPerfDelayUs(papPerfArrivalDelayUs(&o->arrival, r->rank, p->nranks, r->calls++));
       double t0 = papPerfNow();
       runIter(r, type, op, root, inPlace, it);
-      inCall += papPerfNow() - t0;
+      double t1 = papPerfNow();
+      inCall += t1 - t0;
+      st[it] = t0; /* -> last arrival */
+      st[o->iters + it] = t0; /* -> first arrival */
+      st[2 * o->iters + it] = t1; /* -> last completion */
+      st[3 * o->iters + it] = t1 - t0; /* -> sum of the times in the call */
     }
     sec = inCall;
+    size_t n = (size_t)o->iters;
+    PCHECK(r->comm, papcclAllReduce(st, st, n, papcclFloat64, papcclMax, r->comm, NULL));
+    PCHECK(r->comm, papcclAllReduce(st + n, st + n, n, papcclFloat64, papcclMin, r->comm, NULL));
+    PCHECK(r->comm,
+           papcclAllReduce(st + 2 * n, st + 2 * n, n, papcclFloat64, papcclMax, r->comm, NULL));
+    PCHECK(r->comm,
+           papcclAllReduce(st + 3 * n, st + 3 * n, n, papcclFloat64, papcclSum, r->comm, NULL));
+    double* tmp = (double*)malloc(sizeof(double) * n);
+    if (tmp == NULL) {
+      fprintf(stderr, "%s: out of memory\n", p->host);
+      _exit(PAP_PERF_PAPCCL);
+    }
+    for (int col = 0; col < 3; col++) {
+      for (size_t i = 0; i < n; i++) {
+        double tail = st[2 * n + i] - st[i], inColl = st[3 * n + i] / p->nranks;
+        double skew = st[i] - st[n + i];
+        tmp[i] = (col == 0 ? tail : col == 1 ? inColl : skew) * 1e6;
+      }
+      papCols[col] = papPerfMedian(tmp, n);
+    }
+    free(tmp);
   } else {
     double excluded = 0, t0 = papPerfNow();
     for (int it = 0; it < o->iters; it++) {
@@ -528,6 +517,13 @@ static void benchTime(struct perfRank* r, papcclDataType_t type, int op, int roo
     PRINT(r, "  %7s  %6s  %6s  %6g", ts, as, bs, (double)wrong);
   else
     PRINT(r, "  %7s  %6s  %6s    N/A", ts, as, bs);
+  if (arrivalMode(o)) {
+    char c0[16], c1[16], c2[16];
+    floatStr(papCols[0], 7, c0, sizeof(c0));
+    floatStr(papCols[1], 7, c1, sizeof(c1));
+    floatStr(papCols[2], 7, c2, sizeof(c2));
+    PRINT(r, "  %7s  %7s  %7s", c0, c1, c2);
+  }
   if (inPlace && o->reportTs && isPrinter(r)) {
     char now[64];
     time_t t = time(NULL);
@@ -548,6 +544,14 @@ static void benchTime(struct perfRank* r, papcclDataType_t type, int op, int roo
       jsonDouble(p, (double)wrong);
     else
       jsonNull(p);
+    if (arrivalMode(o)) {
+      jsonKey(p, "tail_us");
+      jsonDouble(p, papCols[0]);
+      jsonKey(p, "time_in_coll_us");
+      jsonDouble(p, papCols[1]);
+      jsonKey(p, "skew_us");
+      jsonDouble(p, papCols[2]);
+    }
     jsonClose(p, '}');
   }
   r->bwSum += busBw;
@@ -695,7 +699,8 @@ static void allocBuffers(struct perfRank* r) {
   r->sendAlloc = r->recvAlloc = NULL;
   if (posix_memalign(&r->sendAlloc, 4096, sendLen) ||
       posix_memalign(&r->recvAlloc, 4096, recvLen) ||
-      (p->o.check && !(r->expected = malloc(maxRecv + 64)))) {
+      (p->o.check && !(r->expected = malloc(maxRecv + 64))) ||
+      !(r->pap = (double*)malloc(sizeof(double) * 4 * (size_t)p->o.iters))) {
     fprintf(stderr, "%s: cannot allocate %zu bytes of host buffers\n", p->host, sendLen + recvLen);
     _exit(PAP_PERF_INTERNAL);
   }
@@ -746,6 +751,7 @@ static void* rankMain(void* arg) {
   free(r->sendAlloc);
   free(r->recvAlloc);
   free(r->expected);
+  free(r->pap);
   if (o->parallelInit) PCHECK(r->comm, papcclCommDestroy(r->comm));
   return NULL;
 }
@@ -829,10 +835,16 @@ static void usage(const char* prog) {
       "\t[-u,--unalign <num elements>] \n"
       "\t[-h,--help]\n"
       "papccl extensions (process arrival patterns):\n"
-      "\t[--arrival <balanced|late|late:R|staircase>] which ranks arrive late at each timed call:\n"
+      "\t[--arrival <balanced|late|late:R|late-k:K|staircase|uniform|normal|trace:FILE>]\n"
+      "\t    which ranks arrive late at each timed call (after a barrier):\n"
       "\t    late:R: rank R (late: the last rank) waits --skew us before each call;\n"
-      "\t    staircase: rank r waits r*skew/(nranks-1) us. The time column is then each\n"
-      "\t    rank's time inside the call (injected delay excluded), reduced per -a.\n"
+      "\t    late-k:K: the last K ranks wait --skew us; staircase: rank r waits\n"
+      "\t    r*skew/(nranks-1) us; uniform: U[0,skew] per rank and call; normal:\n"
+      "\t    N(skew/2, skew/6) clipped to [0,skew]; trace:FILE: one line per call of\n"
+      "\t    per-rank offsets in us (calls cycle through the lines). Adds the columns\n"
+      "\t    tail (last completion - last arrival), inColl (mean time in the call) and\n"
+      "\t    skew (last - first arrival), medians over the timed calls. The time column is\n"
+      "\t    then each rank's time inside the call (injected delay excluded), reduced per -a.\n"
       "\t[--skew <usec>] the delay for --arrival (default 0: no delay; alone: late)\n",
       prog);
 }
@@ -898,6 +910,7 @@ static int parseArgs(int argc, char** argv, struct perfOpts* o) {
                                            {0, 0, 0, 0}};
   const char* prog = baseName(argv[0]);
   double parsed;
+  char errText[256];
   for (;;) {
     int idx, c = getopt_long(
                  argc, argv,
@@ -1001,9 +1014,8 @@ static int parseArgs(int argc, char** argv, struct perfOpts* o) {
       o->perIterSkip = (int)strtol(optarg, NULL, 0);
       break;
     case OPT_ARRIVAL:
-      if (papPerfArrivalParse(optarg, &o->arrival) != 0) {
-        fprintf(stderr, "invalid arrival pattern '%s' (balanced, late, late:R, staircase)\n",
-                optarg);
+      if (papPerfArrivalParse(optarg, &o->arrival, errText, sizeof(errText)) != 0) {
+        fprintf(stderr, "invalid --arrival: %s\n", errText);
         return PAP_PERF_INVALID_USAGE;
       }
       o->arrivalSet = 1;
@@ -1099,10 +1111,13 @@ int papPerfMain(int argc, char** argv, const struct papPerfColl* coll) {
     PRINT(r0, "# Parallel Init Enabled: threads call into NcclInitRank concurrently \n");
   if (o->graph > 0) PRINT(r0, "# -G %d ignored: no CUDA graphs with host buffers\n", o->graph);
   if (o->perIter) PRINT(r0, "# -I ignored: per-iteration timing is not implemented\n");
-  if (o->arrival.kind != PAP_PERF_ARRIVAL_BALANCED && o->arrival.skewUs > 0) {
-    char desc[128];
+  if (arrivalMode(o)) {
+    char desc[160];
     papPerfArrivalDescribe(&o->arrival, p->nranks, desc, sizeof(desc));
     PRINT(r0, "# Arrival pattern: %s before each timed call; time = time inside the call\n", desc);
+    PRINT(r0,
+          "# tail = last completion - last arrival, inColl = mean time in the call over ranks, "
+          "skew = last arrival - first arrival: medians over the timed calls\n");
   }
   PRINT(r0, "#\n");
   if (p->json && p->proc == 0) {

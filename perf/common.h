@@ -91,28 +91,7 @@ void papPerfPremulScalar(papcclDataType_t type, int rank, void* out8);
 
 /* ---- Time and arrival patterns (shared with pap_demo) ------------------------------- */
 
-/* CLOCK_MONOTONIC in seconds; comparable across processes on one host. */
-double papPerfNow(void);
-/* Waits us microseconds: sleeps most of it, spins the last stretch. */
-void papPerfDelayUs(double us);
-
-enum papPerfArrivalKind {
-  PAP_PERF_ARRIVAL_BALANCED = 0,
-  PAP_PERF_ARRIVAL_LATE = 1, /* one rank arrives skew late */
-  PAP_PERF_ARRIVAL_STAIRCASE = 2 /* rank r arrives r * skew / (nranks - 1) late */
-};
-struct papPerfArrival {
-  int kind;
-  int lateRank; /* PAP_PERF_ARRIVAL_LATE: the late rank; -1 = the last rank */
-  double skewUs;
-};
-/* Parses "balanced", "late", "late:R" or "staircase"; returns 0, or -1 if text is bad. */
-int papPerfArrivalParse(const char* text, struct papPerfArrival* out);
-/* How late rank arrives, in microseconds. */
-double papPerfArrivalDelayUs(const struct papPerfArrival* arrival, int rank, int nranks);
-/* Writes e.g. "late:3 (skew 20000 us)" into buf. */
-void papPerfArrivalDescribe(const struct papPerfArrival* arrival, int nranks, char* buf,
-                            size_t len);
+#include "arrival.h"
 
 /* ---- Ranks from a launcher ----------------------------------------------------------- */
 

@@ -141,11 +141,10 @@ static void* demoRank(void* arg) {
   DCHECK(comm, papcclAllReduce(&b, &b, 1, papcclFloat64, papcclSum, comm, NULL));
   balanced = b / d->nranks;
 
-  double delayUs = papPerfArrivalDelayUs(&d->arrival, dr->rank, d->nranks);
   for (int it = 0; it < d->iters; it++) {
     memset(recv, 0xa5, bytes); /* poison: a skipped write shows up */
     barrier(comm);
-    papPerfDelayUs(delayUs);
+    papPerfDelayUs(papPerfArrivalDelayUs(&d->arrival, dr->rank, d->nranks, it));
     stamps[2 * it] = papPerfNow();
     DCHECK(comm, papcclAllReduce(send, recv, count, papcclFloat32, papcclSum, comm, NULL));
     stamps[2 * it + 1] = papPerfNow();
@@ -190,7 +189,9 @@ int main(int argc, char** argv) {
   d.bytes = 16 << 20;
   d.iters = 10;
   d.nThreads = 0;
-  d.arrival = (struct papPerfArrival){PAP_PERF_ARRIVAL_LATE, -1, 20000.0};
+  char errText[256];
+  d.arrival =
+      (struct papPerfArrival){.kind = PAP_PERF_ARRIVAL_LATE, .lateRank = -1, .skewUs = 20000.0};
   for (;;) {
     int idx, c = getopt_long(argc, argv, "b:n:t:h", longopts, &idx);
     if (c == -1) break;
@@ -215,8 +216,8 @@ int main(int argc, char** argv) {
       d.nThreads = atoi(optarg);
       break;
     case OPT_ARRIVAL:
-      if (papPerfArrivalParse(optarg, &d.arrival) != 0) {
-        fprintf(stderr, "pap_demo: bad --arrival '%s'\n", optarg);
+      if (papPerfArrivalParse(optarg, &d.arrival, errText, sizeof(errText)) != 0) {
+        fprintf(stderr, "pap_demo: bad --arrival: %s\n", errText);
         return 2;
       }
       break;
