@@ -9,6 +9,8 @@
 #include "pap/pap.h"
 #include "param.h"
 
+#define PAP_SEL_CHECK 4
+
 static int bucketOf(size_t bytes) {
   int b = 0;
   while (b + 1 < PAP_SEL_BUCKETS && ((size_t)1 << (b + 1)) <= bytes)
@@ -92,7 +94,9 @@ void papSelectObserve(struct papComm* comm, size_t bytes, double skewNs, double 
   }
   b->samples++;
   int n = comm->nranks;
-  if (n <= 2) return;
+  /* Decide every PAP_SEL_CHECK samples: the spread estimate needs a few samples, and a
+   * single outlier (the first call after init usually is one) must not flip the mode. */
+  if (n <= 2 || b->samples % PAP_SEL_CHECK != 0) return;
   struct model m = modelParams();
   double var = b->skew2Ema - b->skewEma * b->skewEma;
   double sigma = var > 0 ? sqrt(var) : 0;
