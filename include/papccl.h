@@ -240,7 +240,9 @@ typedef enum {
   papcclPapAlgoRhd = 2,
   papcclPapAlgoAc2s = 3, /* arrival-committed two-shot (PAP-aware) */
   papcclPapAlgoAc2sDet = 4, /* the same in its deterministic form (PAPCCL_DETERMINISTIC=1) */
-  papcclPapAlgoOther = 5 /* a collective other than AllReduce (classic plan) */
+  papcclPapAlgoOther = 5, /* a collective without a PAP-aware plan in this build */
+  papcclPapAlgoChain = 6, /* arrival-ordered pipelined chain (PAP-aware) */
+  papcclPapAlgoSmall = 7 /* small-message variant: early set reduces, late inputs added */
 } papcclPapAlgo_t;
 
 /* What papccl saw of the ranks' arrivals, from this rank's point of view. Times are

@@ -2,6 +2,9 @@
 /* Algorithm dispatch, selection and the unit tracker shared by the planners. */
 #include "algo/algo.h"
 
+#include "comm/comm.h"
+#include "pap/pap.h"
+
 #include <string.h>
 #include <strings.h>
 
@@ -19,6 +22,10 @@ const char* papAlgoName(enum papAlgo a) {
     return "ac2s";
   case PAP_ALGO_AC2S_DET:
     return "ac2s-det";
+  case PAP_ALGO_CHAIN:
+    return "chain";
+  case PAP_ALGO_SMALL:
+    return "small";
   default:
     return "auto";
   }
@@ -28,10 +35,13 @@ enum papAlgo papAlgoFromName(const char* name) {
   if (strcasecmp(name, "ring") == 0) return PAP_ALGO_RING;
   if (strcasecmp(name, "rhd") == 0) return PAP_ALGO_RHD;
   if (strcasecmp(name, "ac2s") == 0) return PAP_ALGO_AC2S;
+  if (strcasecmp(name, "chain") == 0) return PAP_ALGO_CHAIN;
+  if (strcasecmp(name, "small") == 0) return PAP_ALGO_SMALL;
   static int warned;
   if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
     PAP_WARN(
-        "PAPCCL_ALGO=%s is not an allreduce algorithm of this build (ring, rhd, ac2s); "
+        "PAPCCL_ALGO=%s is not an allreduce algorithm of this build (ring, rhd, ac2s, chain, "
+        "small); "
         "choosing automatically",
         name);
   return PAP_ALGO_AUTO;
@@ -63,6 +73,14 @@ papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op) {
     case PAP_ALGO_AC2S:
     case PAP_ALGO_AC2S_DET:
       return papAllReduceAc2s(e, op);
+    case PAP_ALGO_SMALL:
+      return papAllReduceSmall(e, op);
+    case PAP_ALGO_CHAIN: {
+      struct papChain* c = NULL;
+      PAP_CHECK(papAllReduceChainBegin(e, op, &c));
+      op->comm->pap->chain = c;
+      return papcclSuccess;
+    }
     default:
       return papAllReduceRing(e, op);
     }

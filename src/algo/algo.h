@@ -15,6 +15,8 @@ enum papAlgo {
   PAP_ALGO_RHD,
   PAP_ALGO_AC2S, /* arrival-committed two-shot (src/algo/ac2s.c) */
   PAP_ALGO_AC2S_DET, /* the same, each element reduced along one canonical tree */
+  PAP_ALGO_CHAIN, /* arrival-ordered pipelined chain (src/algo/chain.c) */
+  PAP_ALGO_SMALL, /* small messages: early set reduces, late ranks add their inputs */
   PAP_ALGO_COUNT
 };
 
@@ -75,6 +77,21 @@ papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op);
 /* AC2S over op->owners[0..op->nE-1] (PAP_ALGO_AC2S or _DET in op->algo). */
 papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papOpDesc* op);
+/* Small-message variant over the same commit (early set op->owners[0..nE-1]). */
+papcclResult_t papAllReduceSmall(struct papEngine* e, struct papOpDesc* op);
+
+/* Arrival-ordered chain: the rank at arrival position p reduces what p-1 sends into its own
+ * input and forwards it to p+1; the last position holds the result, which flows back. The
+ * first part is planned at arrival; the rest once the successor (position p+1) arrived. */
+struct papChain {
+  struct papOpDesc* op;
+  struct papGeom g;
+  int pos; /* arrival position */
+  int pred; /* rank at pos - 1, or -1 */
+};
+papcclResult_t papAllReduceChainBegin(struct papEngine* e, struct papOpDesc* op,
+                                      struct papChain** chainOut);
+papcclResult_t papAllReduceChainFinish(struct papEngine* e, struct papChain* c, int succ);
 papcclResult_t papPlanAllGather(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papPlanReduceScatter(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papPlanBroadcast(struct papEngine* e, struct papOpDesc* op);

@@ -148,6 +148,8 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
       struct papEngine* e = &comms[c]->engine;
       if (papEngineDone(e)) continue;
       int p = 0;
+      if (e->pending) PAP_CHECK(papPapExtend(comms[c], &p));
+      progressed |= p;
       PAP_CHECK(papEngineProgress(e, &p));
       progressed |= p;
       if (!papEngineDone(e)) alldone = 0;
@@ -188,7 +190,9 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
     int p = 0;
     for (int c = 0; c < ncomms && !p; c++) {
       if (papEngineDone(&comms[c]->engine)) continue;
-      papcclResult_t res = papEngineProgress(&comms[c]->engine, &p);
+      papcclResult_t res = papcclSuccess;
+      if (comms[c]->engine.pending) res = papPapExtend(comms[c], &p);
+      if (res == papcclSuccess && !p) res = papEngineProgress(&comms[c]->engine, &p);
       if (res != papcclSuccess) {
         c0->tops->wait(c0->tstate, tok, 0);
         return res;

@@ -114,10 +114,11 @@ static void localChoice(const struct papComm* comm, struct papOpDesc* op) {
     return;
   }
   int f = forcedAlgo();
-  if (f == PAP_ALGO_AC2S && papParamPap()) {
-    op->algo = PAP_ALGO_AC2S;
+  if ((f == PAP_ALGO_AC2S || f == PAP_ALGO_SMALL) && papParamPap()) {
+    op->algo = f; /* over all ranks in rank order: no commit needed */
     return;
   }
+  /* The chain needs the arrival order: inside a group it runs the classic plan. */
   op->algo = papAlgoSelectAllReduce(bytes, n);
 }
 
@@ -183,12 +184,19 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
   PAP_CHECK(bStore(comm, IDX_TARR(n, a->slot, comm->rank), a->tArr));
   PAP_CHECK(bStore(comm, IDX_RANKAT(n, a->slot, a->pos),
                    ((uint64_t)a->gen << 32) | (uint32_t)(comm->rank + 1)));
-  if (decided && a->pos > 0 && !PAP_W_COMMIT(w)) {
-    /* Wake the decider; if its entry is not written yet, it reads the word after writing it
-     * (seq_cst on both sides), so it sees this arrival. */
+  if (decided && a->pos > 0) {
+    /* Wake the decider (before the commit) and my predecessor (a chain waits for its
+     * successor). If an entry is not written yet, its owner reads the board after writing
+     * it (seq_cst on both sides), so it sees this arrival anyway. */
     uint64_t v = 0;
-    PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
-    if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
+    if (!PAP_W_COMMIT(w)) {
+      PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
+      if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
+    }
+    if (a->pos > 1 || PAP_W_COMMIT(w)) {
+      PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, a->pos - 1), &v));
+      if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
+    }
   }
   return papcclSuccess;
 }
@@ -367,12 +375,38 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
   op->algo = algo;
   op->nE = nE;
   op->owners = comm->pap->owners;
-  if (algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET) {
+  if (algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET || algo == PAP_ALGO_SMALL) {
     for (int p = 0; p < nE; p++)
       PAP_CHECK(rankAt(comm, a, p, &comm->pap->owners[p], deadline));
   }
+  op->pred = -1;
+  if (algo == PAP_ALGO_CHAIN && a->pos > 0)
+    PAP_CHECK(rankAt(comm, a, a->pos - 1, &op->pred, deadline));
   PAP_TRACE(PAP_LOG_PAP, "collective #%llu: rank %d arrived at position %d; %s with %d early",
             (unsigned long long)op->seq, comm->rank, a->pos, papAlgoName((enum papAlgo)algo), nE);
+  return papcclSuccess;
+}
+
+papcclResult_t papPapExtend(struct papComm* comm, int* progressed) {
+  struct papEngine* e = &comm->engine;
+  struct papChain* c = (struct papChain*)comm->pap->chain;
+  *progressed = 0;
+  if (c == NULL) {
+    PAP_WARN("internal error: a plan waits for an extension nobody will make");
+    return papcclInternalError;
+  }
+  const struct papArrival* a = &c->op->arr;
+  uint64_t v = 0;
+  PAP_CHECK(bLoad(comm, IDX_RANKAT(comm->nranks, a->slot, c->pos + 1), &v));
+  if ((uint32_t)(v >> 32) != a->gen) return papcclSuccess; /* successor not here yet */
+  int succ = (int)(uint32_t)v - 1;
+  if (succ < 0 || succ >= comm->nranks || succ == comm->rank) {
+    PAP_WARN("arrival board: position %d holds rank %d of %d", c->pos + 1, succ, comm->nranks);
+    return papcclInternalError;
+  }
+  comm->pap->chain = NULL;
+  PAP_CHECK(papAllReduceChainFinish(e, c, succ));
+  *progressed = 1;
   return papcclSuccess;
 }
 
@@ -387,6 +421,10 @@ static int papAlgoStatsId(int coll, int algo) {
     return papcclPapAlgoAc2s;
   case PAP_ALGO_AC2S_DET:
     return papcclPapAlgoAc2sDet;
+  case PAP_ALGO_CHAIN:
+    return papcclPapAlgoChain;
+  case PAP_ALGO_SMALL:
+    return papcclPapAlgoSmall;
   default:
     return papcclPapAlgoNone;
   }
@@ -464,9 +502,7 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
   snprintf(st->lastAlgoName, sizeof(st->lastAlgoName), "%s",
            op->coll == PAP_COLL_ALLREDUCE ? papAlgoName((enum papAlgo)op->algo) : "classic");
   st->lastEarly = op->coll == PAP_COLL_ALLREDUCE ? op->nE : n;
-  if (op->coll == PAP_COLL_ALLREDUCE &&
-      (op->algo == PAP_ALGO_AC2S || op->algo == PAP_ALGO_AC2S_DET) && a->decided)
-    st->papOps++;
+  if (op->coll == PAP_COLL_ALLREDUCE && op->algo >= PAP_ALGO_AC2S && a->decided) st->papOps++;
   st->lastComplete = readArrivals(comm, a);
   for (int i = 0; i < PAPCCL_PAP_STATS_MAX_RANKS; i++) {
     st->lastOrder[i] = -1;

@@ -49,6 +49,7 @@ struct papPapState {
   int nranks;
   struct papSelBucket buckets[PAP_SEL_BUCKETS];
   int32_t* owners; /* [nranks] plan of the op being built: arrival order */
+  void* chain; /* struct papChain of the chain op waiting for its successor, or NULL */
   int32_t* ident; /* [nranks] 0..N-1: owners of plans that need no commit */
   int32_t* order; /* [nranks] scratch for statistics */
   uint64_t* stamps; /* [nranks] */
@@ -74,6 +75,9 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
 /* For a decided op: the decider chooses and commits; others wait for it. Fills op->algo,
  * op->nE and comm->pap->owners. Bounded by PAPCCL_TIMEOUT_S and abort. */
 papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op);
+/* While the engine has a pending extension (the chain waits for its successor to arrive):
+ * appends the rest of the plan once it can; *progressed = 1 then. */
+papcclResult_t papPapExtend(struct papComm* comm, int* progressed);
 /* Completion: stamps, statistics, selector. */
 void papPapComplete(struct papComm* comm, struct papOpDesc* op);
 

@@ -43,12 +43,19 @@ static double tClassic(const struct model* m, double bytes, int n) {
   return ring < rhd ? ring : rhd;
 }
 
-/* Gain of AC2S over the best classic plan given a skew estimate (ns); > 0 favours AC2S. */
+/* Gain of the PAP plan (AC2S, or the small variant at or below PAPCCL_PAP_SMALL_MAX_BYTES)
+ * over the best classic plan given a skew estimate (ns); > 0 favours the PAP plan. */
 static double gain(const struct model* m, double bytes, int n, double skewQ, double* tBest) {
   double best = tClassic(m, bytes, n);
-  double tail = 2 * m->alpha + (n - 1) * m->o + bytes * m->beta + bytes / (n - 1) * m->gamma;
-  double pre = m->alphaC + m->alpha + (n - 2) * m->o +
-               (double)(n - 2) / (n - 1) * bytes * (m->beta + m->gamma);
+  double tail, pre;
+  if (bytes <= (double)papParamPapSmallMaxBytes()) {
+    tail = m->alpha + (n - 1) * (m->o + bytes * m->beta) + 2 * bytes * m->gamma;
+    pre = m->alphaC + m->alpha + (n - 2) * (m->o + bytes * m->beta) + (n - 2) * bytes * m->gamma;
+  } else {
+    tail = 2 * m->alpha + (n - 1) * m->o + bytes * m->beta + bytes / (n - 1) * m->gamma;
+    pre = m->alphaC + m->alpha + (n - 2) * m->o +
+          (double)(n - 2) / (n - 1) * bytes * (m->beta + m->gamma);
+  }
   double wait = pre - skewQ;
   if (wait < 0) wait = 0;
   *tBest = best;
@@ -66,15 +73,20 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) 
     return c;
   }
   const char* f = papParamAlgo();
-  if (f && papAlgoFromName(f) == PAP_ALGO_AC2S) {
-    c.algo = PAP_ALGO_AC2S;
-    c.wait = 1;
+  int forced = f ? papAlgoFromName(f) : PAP_ALGO_AUTO;
+  if (forced == PAP_ALGO_AC2S || forced == PAP_ALGO_SMALL) {
+    c.algo = forced;
+    c.wait = 1; /* commit policy: wait for the early set */
+    return c;
+  }
+  if (forced == PAP_ALGO_CHAIN) {
+    c.algo = forced; /* the chain grows with each arrival: commit at once */
     return c;
   }
   if (!papParamPap() || comm->nranks <= 2) return c;
   const struct papSelBucket* b = &comm->pap->buckets[bucketOf(bytes)];
   if (b->pap) {
-    c.algo = PAP_ALGO_AC2S;
+    c.algo = bytes <= (size_t)papParamPapSmallMaxBytes() ? PAP_ALGO_SMALL : PAP_ALGO_AC2S;
     c.wait = 1;
   }
   return c;
@@ -123,7 +135,11 @@ void papSelectObserve(struct papComm* comm, size_t bytes, double skewNs, double 
     PAP_INFO(PAP_LOG_PAP,
              "PAP selector: %zu-byte allreduce on %d ranks -> %s (skew EMA %.1f us, sigma %.1f "
              "us, modelled gain %.1f us)",
-             bytes, n, b->pap ? "ac2s" : "classic", b->skewEma / 1e3, sigma / 1e3, g / 1e3);
+             bytes, n,
+             !b->pap                                       ? "classic"
+             : bytes <= (size_t)papParamPapSmallMaxBytes() ? "small"
+                                                           : "ac2s",
+             b->skewEma / 1e3, sigma / 1e3, g / 1e3);
 }
 
 uint64_t papSelectGapNs(const struct papComm* comm, size_t bytes) {

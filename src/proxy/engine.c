@@ -53,6 +53,7 @@ void papPlanReset(struct papEngine* e) {
   e->nsteps = 0;
   e->first = 0;
   e->scanAll = 0;
+  e->pending = 0;
   e->scratchUsed = 0;
   for (int p = 0; p < e->nranks; p++) {
     e->lastSend[p] = -1;

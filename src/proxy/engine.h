@@ -44,7 +44,8 @@ struct papOpDesc {
   void* tmp; /* owned: scaled input for pre-multiplied sum */
   /* Fixed before planning, identical on every rank (allreduce). */
   int algo; /* enum papAlgo */
-  int nE; /* AC2S: early ranks (block owners) */
+  int nE; /* AC2S, small: early ranks (block owners) */
+  int pred; /* chain: rank at the previous arrival position, or -1 */
   const int32_t* owners; /* AC2S: owner of block j, in arrival order */
   struct papArrival arr;
 };
@@ -102,6 +103,7 @@ struct papEngine {
   int first; /* every step before it is done */
   int window; /* steps scanned past `first` */
   int scanAll; /* this plan is scanned whole (PAP plans: early work never waits behind late) */
+  int pending; /* the plan waits for steps still to be appended (arrival-ordered chain) */
   int32_t* lastSend; /* [nranks] during plan building */
   int32_t* lastRecv;
   uint32_t* sendN; /* [nranks] messages to each peer in the current op (tags) */
@@ -148,7 +150,7 @@ int papPlanFailed(const struct papEngine* e);
 /* One pass over the window: posts ready steps, tests posted ones. */
 papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut);
 static inline int papEngineDone(const struct papEngine* e) {
-  return e->first >= e->nsteps;
+  return e->first >= e->nsteps && !e->pending;
 }
 
 #endif /* PAPCCL_PROXY_ENGINE_H_ */

@@ -42,7 +42,8 @@ bool RunDelayed(const Rank& rk, const Case& c, double delayUs) {
 
 // ---- Correctness under patterns ------------------------------------------------------------
 
-// ranks x mode x algorithm ("ac2s" forced, or "det" for PAPCCL_DETERMINISTIC=1).
+// ranks x mode x algorithm (forced "ac2s", "chain", "small", or "det" for
+// PAPCCL_DETERMINISTIC=1).
 using PapParam = std::tuple<int, Mode, std::string>;
 class PapPatterns : public Pap, public ::testing::WithParamInterface<PapParam> {};
 
@@ -54,12 +55,15 @@ TEST_P(PapPatterns, EveryPatternCountPlacementTypeAndOp) {
   const int n = std::get<0>(GetParam());
   const Mode mode = std::get<1>(GetParam());
   const std::string algo = std::get<2>(GetParam());
-  ScopedEnv forced("PAPCCL_ALGO", algo == "ac2s" ? "ac2s" : nullptr);
+  ScopedEnv forced("PAPCCL_ALGO", algo == "det" ? nullptr : algo.c_str());
   ScopedEnv det("PAPCCL_DETERMINISTIC", algo == "det" ? "1" : nullptr);
   ScopedEnv gap("PAPCCL_PAP_GAP_US", "100");
   ScopedEnv chunk("PAPCCL_CHUNK_SIZE", "65536");  // several chunks per block at 1000003
   RunRanks(mode, n, [&](Rank& rk) {
-    const int expectAlgo = algo == "det" ? papcclPapAlgoAc2sDet : papcclPapAlgoAc2s;
+    const int expectAlgo = algo == "det"     ? papcclPapAlgoAc2sDet
+                           : algo == "chain" ? papcclPapAlgoChain
+                           : algo == "small" ? papcclPapAlgoSmall
+                                             : papcclPapAlgoAc2s;
     uint32_t seed = 1;
     int sawEarlyCommit = 0;
     // 1. Every pattern x count x placement (float sum), delays of a few ms.
@@ -125,7 +129,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PapParam{2, Mode::kThreads, "ac2s"}, PapParam{3, Mode::kThreads, "ac2s"},
                       PapParam{4, Mode::kProcesses, "ac2s"}, PapParam{8, Mode::kThreads, "ac2s"},
                       PapParam{3, Mode::kProcesses, "det"}, PapParam{4, Mode::kThreads, "det"},
-                      PapParam{8, Mode::kProcesses, "ac2s"}),
+                      PapParam{8, Mode::kProcesses, "ac2s"}, PapParam{3, Mode::kThreads, "chain"},
+                      PapParam{4, Mode::kProcesses, "chain"}, PapParam{8, Mode::kThreads, "chain"},
+                      PapParam{2, Mode::kProcesses, "small"}, PapParam{3, Mode::kThreads, "small"},
+                      PapParam{8, Mode::kProcesses, "small"}),
     [](const ::testing::TestParamInfo<PapParam>& info) {
       return std::get<2>(info.param) + "_n" + std::to_string(std::get<0>(info.param)) + "_" +
              ModeName(std::get<1>(info.param));
