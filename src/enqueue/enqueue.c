@@ -294,8 +294,10 @@ papcclResult_t papEnqueue(struct papOpDesc* op) {
     op->seq = comm->p2pSendCount[op->root]++ | (1ull << 31);
   else if (op->coll == PAP_COLL_RECV)
     op->seq = comm->p2pRecvCount[op->root]++ | (1ull << 31);
-  else
-    op->seq = comm->collSeq++ & 0x7fffffffull;
+  else {
+    op->cseq = comm->collSeq++;
+    op->seq = op->cseq & 0x7fffffffull;
+  }
   op->arr.tArr = papNowNs(); /* the rank arrives when it calls (host buffers) */
   if (papGroupDepth() > 0) return papGroupAddOp(op);
   if (!comm->blocking) {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "algo/algo.h"
 #include "alloc.h"
@@ -16,11 +17,13 @@
 #include "pap/pap.h"
 #include "param.h"
 
-/* Board word indices of slot s: word, (reserved), rank_at[N], t_arr[N], t_done[N]. */
+/* Board word indices of slot s: word, released, rank_at[N], t_arr[N], t_done[N].
+ * released = [gen:32 | ranks done reading the slot:32]. */
 static inline size_t slotBase(int n, int slot) {
   return (size_t)slot * (2 + 3 * (size_t)n);
 }
 #define IDX_WORD(n, s) (slotBase(n, s))
+#define IDX_REL(n, s) (slotBase(n, s) + 1)
 #define IDX_RANKAT(n, s, p) (slotBase(n, s) + 2 + (size_t)(p))
 #define IDX_TARR(n, s, r) (slotBase(n, s) + 2 + (size_t)(n) + (size_t)(r))
 #define IDX_TDONE(n, s, r) (slotBase(n, s) + 2 + 2 * (size_t)(n) + (size_t)(r))
@@ -39,14 +42,43 @@ static papcclResult_t bCas(struct papComm* comm, size_t idx, uint64_t expect, ui
   return papcclSuccess;
 }
 
-static inline uint32_t genOf(uint64_t seq) {
-  return (uint32_t)((seq / PAP_BOARD_SLOTS + 1) & PAP_GEN_MASK);
+/* Generations run 1..PAP_GEN_MASK (0 = slot never used) over the 64-bit collective count. */
+static inline uint32_t genOf(uint64_t cseq) {
+  return (uint32_t)((cseq / PAP_BOARD_SLOTS) % PAP_GEN_MASK + 1);
+}
+static inline uint32_t prevGen(uint32_t g) {
+  return g == 1 ? PAP_GEN_MASK : g - 1;
 }
 
-/* Generation a is older than b (24-bit wrap). */
-static inline int genOlder(uint32_t a, uint32_t b) {
-  uint32_t d = (b - a) & PAP_GEN_MASK;
-  return d != 0 && d < (PAP_GEN_MASK >> 1);
+/* Done reading the slot (plan, positions): once all N ranks of a generation released it,
+ * the next generation may take the slot over. */
+static papcclResult_t releaseSlot(struct papComm* comm, struct papArrival* a) {
+  if (!a->used || a->released) return papcclSuccess;
+  a->released = 1;
+  return comm->tops->boardAtomic(comm->tstate, IDX_REL(comm->nranks, a->slot), PAP_BOARD_FADD, 1, 0,
+                                 NULL);
+}
+
+/* The slot still holds generation prevGen(gen) (or was never used): may we take it over?
+ * 1 = yes (released is reset for gen), 0 = not yet (a rank of the previous generation has
+ * not finished reading it). */
+static papcclResult_t mayTakeOver(struct papComm* comm, const struct papArrival* a, uint32_t g,
+                                  int* okOut) {
+  size_t ri = IDX_REL(comm->nranks, a->slot);
+  uint64_t rel = 0;
+  *okOut = 0;
+  PAP_CHECK(bLoad(comm, ri, &rel));
+  uint32_t rg = (uint32_t)(rel >> 32), rc = (uint32_t)rel;
+  if (rg == a->gen) { /* another rank of our generation reset it already */
+    *okOut = 1;
+    return papcclSuccess;
+  }
+  int prevDone = (g == 0 && rel == 0) || (rg == prevGen(a->gen) && rc == (uint32_t)comm->nranks);
+  if (!prevDone) return papcclSuccess;
+  int won = 0;
+  PAP_CHECK(bCas(comm, ri, rel, (uint64_t)a->gen << 32, &won));
+  *okOut = 1; /* won, or lost to a rank of our generation doing the same */
+  return papcclSuccess;
 }
 
 static inline uint64_t makeWord(uint32_t gen, int algo, int commit, int decided, uint32_t nE,
@@ -138,11 +170,14 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
   a->decided = decided;
   if (op->coll == PAP_COLL_ALLREDUCE) localChoice(comm, op);
   if (comm->tops->boardAtomic == NULL || n > 0xffff) return papcclSuccess;
-  a->slot = (int)(op->seq % PAP_BOARD_SLOTS);
-  a->gen = genOf(op->seq);
+  a->slot = (int)(op->cseq % PAP_BOARD_SLOTS);
+  a->gen = genOf(op->cseq);
+  a->released = 0;
   if (a->tArr == 0) a->tArr = papNowNs();
   size_t wi = IDX_WORD(n, a->slot);
   uint64_t w = 0, nw = 0;
+  uint64_t deadline = 0;
+  long backoffNs = 2000;
   for (;;) {
     PAP_CHECK(bLoad(comm, wi, &w));
     uint32_t g = PAP_W_GEN(w);
@@ -161,17 +196,38 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
         return papcclInvalidUsage;
       }
       nw = w + 1;
-    } else if (g == 0 || genOlder(g, a->gen)) {
+    } else if (g == 0 || g == prevGen(a->gen)) {
+      int ok = 0;
+      PAP_CHECK(mayTakeOver(comm, a, g, &ok));
+      if (!ok) {
+        /* This rank is PAP_BOARD_SLOTS collectives ahead of a peer that has not finished
+         * reading the slot (possible after collectives a rank completes without every
+         * peer, such as broadcast). Rare: back off with sleeps, bounded by the timeout. */
+        uint64_t now = papNowNs();
+        if (deadline == 0) deadline = now + (uint64_t)papParamTimeoutS() * 1000000000ull;
+        if (now > deadline) {
+          PAP_WARN(
+              "collective #%llu: a peer never finished collective #%llu (timeout)",
+              (unsigned long long)op->seq,
+              (unsigned long long)(op->seq >= PAP_BOARD_SLOTS ? op->seq - PAP_BOARD_SLOTS : 0));
+          return papcclRemoteError;
+        }
+        if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
+          PAP_WARN("operation cancelled: communicator (rank %d) was aborted", comm->rank);
+          return papcclInvalidUsage;
+        }
+        struct timespec ts = {0, backoffNs};
+        nanosleep(&ts, NULL);
+        if (backoffNs < 1000000) backoffNs *= 2;
+        continue;
+      }
       nw = makeWord(a->gen, 0, 0, decided, 0, 1);
     } else {
-      /* A peer is already PAP_BOARD_SLOTS collectives ahead and reused the slot: possible
-       * only for collectives a rank finishes without us (broadcast, gather, ...). No record. */
-      if (decided) {
-        PAP_WARN("collective #%llu: the arrival slot was reused before rank %d arrived",
-                 (unsigned long long)op->seq, comm->rank);
-        return papcclInternalError;
-      }
-      return papcclSuccess;
+      PAP_WARN(
+          "collective #%llu: the arrival slot holds generation %u, expected %u or %u "
+          "(ranks called different collectives?)",
+          (unsigned long long)op->seq, g, a->gen, prevGen(a->gen));
+      return papcclInternalError;
     }
     int ok = 0;
     PAP_CHECK(bCas(comm, wi, w, nw, &ok));
@@ -198,6 +254,8 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
       if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
     }
   }
+  /* A plan every rank chooses alone reads nothing more from the slot. */
+  if (!decided) PAP_CHECK(releaseSlot(comm, a));
   return papcclSuccess;
 }
 
@@ -382,6 +440,8 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
   op->pred = -1;
   if (algo == PAP_ALGO_CHAIN && a->pos > 0)
     PAP_CHECK(rankAt(comm, a, a->pos - 1, &op->pred, deadline));
+  /* A chain rank still reads its successor's entry (papPapExtend); others are done. */
+  if (algo != PAP_ALGO_CHAIN || a->pos == n - 1) PAP_CHECK(releaseSlot(comm, a));
   PAP_TRACE(PAP_LOG_PAP, "collective #%llu: rank %d arrived at position %d; %s with %d early",
             (unsigned long long)op->seq, comm->rank, a->pos, papAlgoName((enum papAlgo)algo), nE);
   return papcclSuccess;
@@ -405,6 +465,7 @@ papcclResult_t papPapExtend(struct papComm* comm, int* progressed) {
     return papcclInternalError;
   }
   comm->pap->chain = NULL;
+  PAP_CHECK(releaseSlot(comm, &c->op->arr));
   PAP_CHECK(papAllReduceChainFinish(e, c, succ));
   *progressed = 1;
   return papcclSuccess;

@@ -29,6 +29,7 @@ struct papArrival {
   uint32_t gen;
   uint64_t tArr; /* CLOCK_MONOTONIC ns: when the call entered the library */
   uint64_t oldWord; /* the board word before our arrival (0: we were first) */
+  int released; /* this rank is done reading the slot */
 };
 
 /* Size buckets of the selector: floor(log2 bytes). */

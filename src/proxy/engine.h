@@ -41,6 +41,7 @@ struct papOpDesc {
   unsigned char scalar[8];
   int root; /* or peer for send/recv */
   uint64_t seq; /* collective sequence number, or p2p message number */
+  uint64_t cseq; /* collectives: the 64-bit count of collectives before this one */
   void* tmp; /* owned: scaled input for pre-multiplied sum */
   /* Fixed before planning, identical on every rank (allreduce). */
   int algo; /* enum papAlgo */
