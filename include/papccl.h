@@ -242,7 +242,8 @@ typedef enum {
   papcclPapAlgoAc2sDet = 4, /* the same in its deterministic form (PAPCCL_DETERMINISTIC=1) */
   papcclPapAlgoOther = 5, /* a collective without a PAP-aware plan in this build */
   papcclPapAlgoChain = 6, /* arrival-ordered pipelined chain (PAP-aware) */
-  papcclPapAlgoSmall = 7 /* small-message variant: early set reduces, late inputs added */
+  papcclPapAlgoSmall = 7, /* small-message variant: early set reduces, late inputs added */
+  papcclPapAlgoPap = 8 /* the PAP-aware plan of ReduceScatter, AllGather, Broadcast, Reduce */
 } papcclPapAlgo_t;
 
 /* What papccl saw of the ranks' arrivals, from this rank's point of view. Times are

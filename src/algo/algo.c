@@ -26,6 +26,8 @@ const char* papAlgoName(enum papAlgo a) {
     return "chain";
   case PAP_ALGO_SMALL:
     return "small";
+  case PAP_ALGO_PAP:
+    return "pap";
   default:
     return "auto";
   }
@@ -37,6 +39,7 @@ enum papAlgo papAlgoFromName(const char* name) {
   if (strcasecmp(name, "ac2s") == 0) return PAP_ALGO_AC2S;
   if (strcasecmp(name, "chain") == 0) return PAP_ALGO_CHAIN;
   if (strcasecmp(name, "small") == 0) return PAP_ALGO_SMALL;
+  if (strcasecmp(name, "pap") == 0) return PAP_ALGO_PAP;
   static int warned;
   if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
     PAP_WARN(
@@ -85,13 +88,13 @@ papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op) {
       return papAllReduceRing(e, op);
     }
   case PAP_COLL_BROADCAST:
-    return papPlanBroadcast(e, op);
+    return op->algo == PAP_ALGO_PAP ? papPlanBroadcastPap(e, op) : papPlanBroadcast(e, op);
   case PAP_COLL_REDUCE:
-    return papPlanReduceColl(e, op);
+    return op->algo == PAP_ALGO_PAP ? papPlanReduceCollPap(e, op) : papPlanReduceColl(e, op);
   case PAP_COLL_ALLGATHER:
-    return papPlanAllGather(e, op);
+    return op->algo == PAP_ALGO_PAP ? papPlanAllGatherPap(e, op) : papPlanAllGather(e, op);
   case PAP_COLL_REDUCESCATTER:
-    return papPlanReduceScatter(e, op);
+    return op->algo == PAP_ALGO_PAP ? papPlanReduceScatterPap(e, op) : papPlanReduceScatter(e, op);
   case PAP_COLL_ALLTOALL:
     return papPlanAlltoAll(e, op);
   case PAP_COLL_GATHER:

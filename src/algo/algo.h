@@ -17,6 +17,7 @@ enum papAlgo {
   PAP_ALGO_AC2S_DET, /* the same, each element reduced along one canonical tree */
   PAP_ALGO_CHAIN, /* arrival-ordered pipelined chain (src/algo/chain.c) */
   PAP_ALGO_SMALL, /* small messages: early set reduces, late ranks add their inputs */
+  PAP_ALGO_PAP, /* the PAP-aware plan of ReduceScatter, AllGather, Broadcast, Reduce */
   PAP_ALGO_COUNT
 };
 
@@ -100,5 +101,10 @@ papcclResult_t papPlanAlltoAll(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papPlanGather(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papPlanScatter(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papPlanP2p(struct papEngine* e, struct papOpDesc* op);
+/* PAP-aware plans over the commit in op->owners[0..nE-1] (src/algo/pap_colls.c). */
+papcclResult_t papPlanReduceScatterPap(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanAllGatherPap(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanBroadcastPap(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanReduceCollPap(struct papEngine* e, struct papOpDesc* op);
 
 #endif /* PAPCCL_ALGO_ALGO_H_ */

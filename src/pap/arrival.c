@@ -155,8 +155,11 @@ static void localChoice(const struct papComm* comm, struct papOpDesc* op) {
 }
 
 int papPapNeedsDecision(const struct papComm* comm, const struct papOpDesc* op, int grouped) {
-  if (op->coll != PAP_COLL_ALLREDUCE || op->count == 0 || comm->nranks < 2 || grouped) return 0;
-  if (papParamDeterministic()) return 1;
+  if (op->coll >= PAP_SEL_COLLS || op->count == 0 || comm->nranks < 2 || grouped) return 0;
+  int det = papParamDeterministic() != 0;
+  if (det && op->coll == PAP_COLL_ALLREDUCE) return 1;
+  /* Deterministic mode: ReduceScatter and Reduce keep their fixed rank order (classic). */
+  if (det && (op->coll == PAP_COLL_REDUCE || op->coll == PAP_COLL_REDUCESCATTER)) return 0;
   if (!papParamPap()) return 0;
   int f = forcedAlgo();
   if (f == PAP_ALGO_RING || f == PAP_ALGO_RHD) return 0;
@@ -168,7 +171,10 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
   int n = comm->nranks;
   a->used = 0;
   a->decided = decided;
-  if (op->coll == PAP_COLL_ALLREDUCE) localChoice(comm, op);
+  if (op->coll == PAP_COLL_ALLREDUCE)
+    localChoice(comm, op);
+  else
+    op->algo = PAP_ALGO_AUTO; /* the classic plan */
   if (comm->tops->boardAtomic == NULL || n > 0xffff) return papcclSuccess;
   a->slot = (int)(op->cseq % PAP_BOARD_SLOTS);
   a->gen = genOf(op->cseq);
@@ -320,14 +326,13 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, uint64_
   struct papArrival* a = &op->arr;
   int n = comm->nranks;
   size_t wi = IDX_WORD(n, a->slot);
-  size_t bytes = op->count * papKernTypeSize(op->dtype);
   struct papSelChoice ch = papSelect(comm, op);
   int nMin = n;
   if (ch.wait && papParamPap()) {
     nMin = (n + 1) / 2; /* rho = 0.5 */
     if (nMin < 2) nMin = 2;
   }
-  uint64_t tau = papSelectGapNs(comm, bytes);
+  uint64_t tau = papSelectGapNs(comm, op);
   uint32_t lastCnt = 0;
   uint64_t lastChange = papNowNs();
   uint64_t nextHealth = lastChange + 100000000ull;
@@ -433,7 +438,8 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
   op->algo = algo;
   op->nE = nE;
   op->owners = comm->pap->owners;
-  if (algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET || algo == PAP_ALGO_SMALL) {
+  if (algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET || algo == PAP_ALGO_SMALL ||
+      algo == PAP_ALGO_PAP) {
     for (int p = 0; p < nE; p++)
       PAP_CHECK(rankAt(comm, a, p, &comm->pap->owners[p], deadline));
   }
@@ -472,7 +478,8 @@ papcclResult_t papPapExtend(struct papComm* comm, int* progressed) {
 }
 
 static int papAlgoStatsId(int coll, int algo) {
-  if (coll != PAP_COLL_ALLREDUCE) return papcclPapAlgoOther;
+  if (coll != PAP_COLL_ALLREDUCE)
+    return algo == PAP_ALGO_PAP ? papcclPapAlgoPap : papcclPapAlgoOther;
   switch (algo) {
   case PAP_ALGO_RING:
     return papcclPapAlgoRing;
@@ -561,9 +568,11 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
   st->lastSeq = op->seq;
   st->lastAlgo = papAlgoStatsId(op->coll, op->algo);
   snprintf(st->lastAlgoName, sizeof(st->lastAlgoName), "%s",
-           op->coll == PAP_COLL_ALLREDUCE ? papAlgoName((enum papAlgo)op->algo) : "classic");
-  st->lastEarly = op->coll == PAP_COLL_ALLREDUCE ? op->nE : n;
-  if (op->coll == PAP_COLL_ALLREDUCE && op->algo >= PAP_ALGO_AC2S && a->decided) st->papOps++;
+           op->coll == PAP_COLL_ALLREDUCE || op->algo == PAP_ALGO_PAP
+               ? papAlgoName((enum papAlgo)op->algo)
+               : "classic");
+  st->lastEarly = op->coll == PAP_COLL_ALLREDUCE || op->algo == PAP_ALGO_PAP ? op->nE : n;
+  if (op->algo >= PAP_ALGO_AC2S && a->decided) st->papOps++;
   st->lastComplete = readArrivals(comm, a);
   for (int i = 0; i < PAPCCL_PAP_STATS_MAX_RANKS; i++) {
     st->lastOrder[i] = -1;
@@ -621,8 +630,7 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
     }
     gap = (sum - mx) / (double)(n - 2);
   }
-  if (op->coll == PAP_COLL_ALLREDUCE)
-    papSelectObserve(comm, op->count * papKernTypeSize(op->dtype), skew, gap);
+  papSelectObserve(comm, op, skew, gap);
   report(comm);
 }
 

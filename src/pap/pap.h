@@ -32,8 +32,11 @@ struct papArrival {
   int released; /* this rank is done reading the slot */
 };
 
-/* Size buckets of the selector: floor(log2 bytes). */
+/* Size buckets of the selector: floor(log2 bytes), per collective with a PAP-aware plan
+ * (enum papColl values below PAP_SEL_COLLS: allreduce, broadcast, reduce, allgather,
+ * reducescatter). */
 #define PAP_SEL_BUCKETS 48
+#define PAP_SEL_COLLS 5
 
 struct papSelBucket {
   double skewEma; /* ns */
@@ -48,7 +51,7 @@ struct papSelBucket {
 /* Per-communicator PAP state; owned by the progress-lock holder. */
 struct papPapState {
   int nranks;
-  struct papSelBucket buckets[PAP_SEL_BUCKETS];
+  struct papSelBucket buckets[PAP_SEL_COLLS][PAP_SEL_BUCKETS];
   int32_t* owners; /* [nranks] plan of the op being built: arrival order */
   void* chain; /* struct papChain of the chain op waiting for its successor, or NULL */
   int32_t* ident; /* [nranks] 0..N-1: owners of plans that need no commit */
@@ -88,9 +91,13 @@ struct papSelChoice {
   int wait; /* PAP-aware: wait for arrivals before committing */
 };
 struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op);
-/* Feeds one complete op's skew and in-burst gap into the bucket of `bytes`. */
-void papSelectObserve(struct papComm* comm, size_t bytes, double skewNs, double gapNs);
+/* The bytes the selector's buckets and model use for op (the whole vector of AllGather and
+ * ReduceScatter; the buffer of the others). */
+size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op);
+/* Feeds one complete op's skew and in-burst gap into its bucket. */
+void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs,
+                      double gapNs);
 /* tau_gap for the decider: how long without a new arrival before committing. */
-uint64_t papSelectGapNs(const struct papComm* comm, size_t bytes);
+uint64_t papSelectGapNs(const struct papComm* comm, const struct papOpDesc* op);
 
 #endif /* PAPCCL_PAP_PAP_H_ */

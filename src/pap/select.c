@@ -35,7 +35,7 @@ static struct model modelParams(void) {
 
 /* Time of the best classic allreduce (ring or RHD) on balanced arrivals, which is also its
  * tail after a late arrival. */
-static double tClassic(const struct model* m, double bytes, int n) {
+static double tClassicAllReduce(const struct model* m, double bytes, int n) {
   double f = (double)(n - 1) / n;
   double bw = 2 * f * bytes * m->beta + f * bytes * m->gamma;
   double ring = 2 * (n - 1) * m->alpha + bw;
@@ -43,15 +43,57 @@ static double tClassic(const struct model* m, double bytes, int n) {
   return ring < rhd ? ring : rhd;
 }
 
-/* Gain of the PAP plan (AC2S, or the small variant at or below PAPCCL_PAP_SMALL_MAX_BYTES)
- * over the best classic plan given a skew estimate (ns); > 0 favours the PAP plan. */
-static double gain(const struct model* m, double bytes, int n, double skewQ, double* tBest) {
-  double best = tClassic(m, bytes, n);
-  double tail, pre;
-  if (bytes <= (double)papParamPapSmallMaxBytes()) {
+/* Classic time, PAP tail after the last arrival, and the early ranks' pre-work, for the
+ * collectives other than AllReduce (PAP design note section 4). */
+static void modelOther(const struct model* m, int coll, double bytes, int n, double* classic,
+                       double* tail, double* pre) {
+  double blk = bytes / n, c = (double)papParamChunkSize();
+  if (c > bytes) c = bytes;
+  switch (coll) {
+  case PAP_COLL_REDUCESCATTER:
+    *classic = (n - 1) * (m->alpha + blk * (m->beta + m->gamma));
+    *tail = 2 * m->alpha + (bytes - blk) * m->beta + blk * (m->beta + m->gamma);
+    *pre = (n - 2) * (m->alpha + blk * (m->beta + m->gamma));
+    break;
+  case PAP_COLL_ALLGATHER:
+    *classic = (n - 1) * (m->alpha + blk * m->beta);
+    *tail = 2 * m->alpha + blk * m->beta + (bytes - blk) * m->beta;
+    *pre = (n - 2) * (m->alpha + blk * m->beta);
+    break;
+  case PAP_COLL_BROADCAST:
+    *classic = bytes * m->beta + (n - 1) * (m->alpha + c * m->beta);
+    *tail = m->alpha + bytes * m->beta;
+    *pre = bytes * m->beta + (n - 2) * (m->alpha + c * m->beta);
+    break;
+  default: /* reduce */
+    *classic = bytes * (m->beta + m->gamma) + (n - 1) * (m->alpha + c * (m->beta + m->gamma));
+    *tail = m->alpha + bytes * (m->beta + m->gamma);
+    *pre = bytes * (m->beta + m->gamma) + (n - 2) * (m->alpha + c * (m->beta + m->gamma));
+    break;
+  }
+}
+
+static double tClassic(const struct model* m, int coll, double bytes, int n) {
+  if (coll == PAP_COLL_ALLREDUCE) return tClassicAllReduce(m, bytes, n);
+  double c, t, p;
+  modelOther(m, coll, bytes, n, &c, &t, &p);
+  return c;
+}
+
+/* Gain of the PAP plan (AC2S, or the small variant at or below PAPCCL_PAP_SMALL_MAX_BYTES;
+ * the section 4 plans for the other collectives) over the classic plan given a skew
+ * estimate (ns); > 0 favours the PAP plan. */
+static double gain(const struct model* m, int coll, double bytes, int n, double skewQ,
+                   double* tBest) {
+  double best, tail, pre;
+  if (coll != PAP_COLL_ALLREDUCE) {
+    modelOther(m, coll, bytes, n, &best, &tail, &pre);
+  } else if (bytes <= (double)papParamPapSmallMaxBytes()) {
+    best = tClassicAllReduce(m, bytes, n);
     tail = m->alpha + (n - 1) * (m->o + bytes * m->beta) + 2 * bytes * m->gamma;
     pre = m->alphaC + m->alpha + (n - 2) * (m->o + bytes * m->beta) + (n - 2) * bytes * m->gamma;
   } else {
+    best = tClassicAllReduce(m, bytes, n);
     tail = 2 * m->alpha + (n - 1) * m->o + bytes * m->beta + bytes / (n - 1) * m->gamma;
     pre = m->alphaC + m->alpha + (n - 2) * m->o +
           (double)(n - 2) / (n - 1) * bytes * (m->beta + m->gamma);
@@ -62,9 +104,35 @@ static double gain(const struct model* m, double bytes, int n, double skewQ, dou
   return best - (tail + wait);
 }
 
+size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op) {
+  size_t b = op->count * papKernTypeSize(op->dtype);
+  if (op->coll == PAP_COLL_ALLGATHER || op->coll == PAP_COLL_REDUCESCATTER)
+    b *= (size_t)comm->nranks;
+  return b;
+}
+
+static struct papSelBucket* bucketFor(struct papComm* comm, const struct papOpDesc* op) {
+  int coll = op->coll < PAP_SEL_COLLS ? op->coll : 0;
+  return &comm->pap->buckets[coll][bucketOf(papSelectBytes(comm, op))];
+}
+
 struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) {
   struct papSelChoice c;
-  size_t bytes = op->count * papKernTypeSize(op->dtype);
+  size_t bytes = papSelectBytes(comm, op);
+  const char* f = papParamAlgo();
+  int forced = f ? papAlgoFromName(f) : PAP_ALGO_AUTO;
+  int pap = forced == PAP_ALGO_AC2S || forced == PAP_ALGO_SMALL || forced == PAP_ALGO_CHAIN ||
+            forced == PAP_ALGO_PAP;
+  if (op->coll != PAP_COLL_ALLREDUCE) {
+    /* Classic plans of these collectives are marked "ring" in the commit word. */
+    c.algo = PAP_ALGO_RING;
+    c.wait = 0;
+    if (pap || (comm->nranks > 2 && bucketFor(comm, op)->pap)) {
+      c.algo = PAP_ALGO_PAP;
+      c.wait = 1;
+    }
+    return c;
+  }
   c.algo = papAlgoSelectAllReduce(bytes, comm->nranks);
   c.wait = 0;
   if (papParamDeterministic()) {
@@ -72,8 +140,6 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) 
     c.wait = 1;
     return c;
   }
-  const char* f = papParamAlgo();
-  int forced = f ? papAlgoFromName(f) : PAP_ALGO_AUTO;
   if (forced == PAP_ALGO_AC2S || forced == PAP_ALGO_SMALL) {
     c.algo = forced;
     c.wait = 1; /* commit policy: wait for the early set */
@@ -83,17 +149,19 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) 
     c.algo = forced; /* the chain grows with each arrival: commit at once */
     return c;
   }
+  if (forced == PAP_ALGO_PAP) forced = PAP_ALGO_AUTO;
   if (!papParamPap() || comm->nranks <= 2) return c;
-  const struct papSelBucket* b = &comm->pap->buckets[bucketOf(bytes)];
-  if (b->pap) {
-    c.algo = bytes <= (size_t)papParamPapSmallMaxBytes() ? PAP_ALGO_SMALL : PAP_ALGO_AC2S;
-    c.wait = 1;
-  }
+  if (forced == PAP_ALGO_AUTO && !bucketFor(comm, op)->pap) return c;
+  c.algo = bytes <= (size_t)papParamPapSmallMaxBytes() ? PAP_ALGO_SMALL : PAP_ALGO_AC2S;
+  c.wait = 1;
   return c;
 }
 
-void papSelectObserve(struct papComm* comm, size_t bytes, double skewNs, double gapNs) {
-  struct papSelBucket* b = &comm->pap->buckets[bucketOf(bytes)];
+void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs,
+                      double gapNs) {
+  if (op->coll >= PAP_SEL_COLLS) return;
+  struct papSelBucket* b = bucketFor(comm, op);
+  size_t bytes = papSelectBytes(comm, op);
   const double lambda = 1.0 / 8;
   if (b->samples == 0) {
     b->skewEma = skewNs;
@@ -114,7 +182,7 @@ void papSelectObserve(struct papComm* comm, size_t bytes, double skewNs, double 
   double sigma = var > 0 ? sqrt(var) : 0;
   double q = b->skewEma - sigma;
   double best = 0;
-  double g = gain(&m, (double)bytes, n, q, &best);
+  double g = gain(&m, op->coll, (double)bytes, n, q, &best);
   double thresh = 0.05 * best;
   if (thresh < 2 * m.alphaC) thresh = 2 * m.alphaC;
   int was = b->pap;
@@ -133,23 +201,24 @@ void papSelectObserve(struct papComm* comm, size_t bytes, double skewNs, double 
   }
   if (was != b->pap)
     PAP_INFO(PAP_LOG_PAP,
-             "PAP selector: %zu-byte allreduce on %d ranks -> %s (skew EMA %.1f us, sigma %.1f "
-             "us, modelled gain %.1f us)",
-             bytes, n,
+             "PAP selector: %zu-byte collective %d on %d ranks -> %s (skew EMA %.1f us, sigma "
+             "%.1f us, modelled gain %.1f us)",
+             bytes, op->coll, n,
              !b->pap                                       ? "classic"
              : bytes <= (size_t)papParamPapSmallMaxBytes() ? "small"
                                                            : "ac2s",
              b->skewEma / 1e3, sigma / 1e3, g / 1e3);
 }
 
-uint64_t papSelectGapNs(const struct papComm* comm, size_t bytes) {
-  const struct papSelBucket* b = &comm->pap->buckets[bucketOf(bytes)];
+uint64_t papSelectGapNs(const struct papComm* comm, const struct papOpDesc* op) {
+  const struct papSelBucket* b = bucketFor((struct papComm*)comm, op);
+  size_t bytes = papSelectBytes(comm, op);
   double floorNs = (double)papParamPapGapUs() * 1000.0;
   double g = 3 * b->gapEma;
   /* Waiting longer than a whole classic allreduce buys nothing: a mistimed commit costs
    * about that much at most. */
   struct model m = modelParams();
-  double cap = tClassic(&m, (double)bytes, comm->nranks);
+  double cap = tClassic(&m, op->coll < PAP_SEL_COLLS ? op->coll : 0, (double)bytes, comm->nranks);
   if (g > cap) g = cap;
   return (uint64_t)(g > floorNs ? g : floorNs);
 }

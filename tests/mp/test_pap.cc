@@ -138,6 +138,110 @@ INSTANTIATE_TEST_SUITE_P(
              ModeName(std::get<1>(info.param));
     });
 
+// ---- PAP-aware ReduceScatter, AllGather, Broadcast, Reduce -----------------------------------
+
+using CollParam = std::tuple<int, Mode>;
+class PapColls : public Pap, public ::testing::WithParamInterface<CollParam> {};
+
+TEST_P(PapColls, EveryPatternCountPlacementRootTypeAndOp) {
+  const int n = std::get<0>(GetParam());
+  const Mode mode = std::get<1>(GetParam());
+  ScopedEnv forced("PAPCCL_ALGO", "pap");
+  ScopedEnv gap("PAPCCL_PAP_GAP_US", "100");
+  ScopedEnv chunk("PAPCCL_CHUNK_SIZE", "65536");
+  const Coll colls[] = {Coll::kReduceScatter, Coll::kAllGather, Coll::kBroadcast, Coll::kReduce};
+  RunRanks(mode, n, [&](Rank& rk) {
+    uint32_t seed = 1;
+    int sawEarlyCommit = 0;
+    const char* patterns[] = {"balanced", "late:0", "late", "late-k:2", "staircase", "uniform"};
+    for (Coll coll : colls) {
+      for (const char* pat : patterns) {
+        papPerfArrival a;
+        memset(&a, 0, sizeof(a));
+        a.skewUs = 2000;
+        char err[256];
+        ASSERT_EQ(0, papPerfArrivalParse(pat, &a, err, sizeof(err))) << err;
+        for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(250001)}) {
+          for (bool inPlace : {false, true}) {
+            Case c;
+            c.coll = coll;
+            c.type = papcclFloat32;
+            c.count = count;
+            c.inPlace = inPlace;
+            c.root = (int)(seed % (uint32_t)n);
+            c.seed = seed++;
+            double d = papPerfArrivalDelayUs(&a, rk.rank, n, (long)c.seed);
+            EXPECT_TRUE(RunDelayed(rk, c, d)) << pat << " " << c.Describe();
+            if (count == 0) continue;
+            papcclPapStats st = Stats(rk.comm);
+            EXPECT_EQ(papcclPapAlgoPap, st.lastAlgo) << pat << " " << c.Describe();
+            if (st.lastEarly < n) sawEarlyCommit++;
+          }
+        }
+        papPerfArrivalFree(&a);
+      }
+      // Every datatype and op (reductions) with one late rank.
+      for (papcclDataType_t t : kAllTypes) {
+        for (Op op : kAllOps) {
+          if (!CollReduces(coll) && op != Op::kSum) continue;
+          Case c;
+          c.coll = coll;
+          c.type = t;
+          c.op = op;
+          c.count = 1001;
+          c.inPlace = (seed & 1) != 0;
+          c.root = (int)((seed / 2) % (uint32_t)n);
+          c.seed = seed++;
+          EXPECT_TRUE(RunDelayed(rk, c, rk.rank == (int)(c.seed % (uint32_t)n) ? 1500 : 0))
+              << c.Describe();
+        }
+      }
+    }
+    if (n >= 3) {
+      EXPECT_GT(sawEarlyCommit, 0) << "no early commit seen: the PAP path never ran";
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, PapColls,
+                         ::testing::Values(CollParam{2, Mode::kThreads},
+                                           CollParam{3, Mode::kProcesses},
+                                           CollParam{4, Mode::kThreads},
+                                           CollParam{7, Mode::kProcesses}),
+                         [](const ::testing::TestParamInfo<CollParam>& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  ModeName(std::get<1>(info.param));
+                         });
+
+// A rank that runs more collectives ahead than the board has slots (broadcasts complete
+// without every peer) waits for the slow peer instead of overwriting its slot; and a group
+// of many allreduces (more than the slots) with a late rank completes.
+TEST_F(Pap, SlotsReusedWhenARankRunsAhead) {
+  const int n = 3;
+  RunRanks(Mode::kProcesses, n, [&](Rank& rk) {
+    if (rk.rank == 2) papPerfDelayUs(50000);
+    for (int i = 0; i < 12; i++) {
+      std::vector<int32_t> v(64, rk.rank == 0 ? i : -1);
+      ASSERT_EQ(papcclSuccess,
+                papcclBroadcast(v.data(), v.data(), v.size(), papcclInt32, 0, rk.comm, nullptr));
+      ASSERT_EQ(i, v[63]);
+    }
+    if (rk.rank == 1) papPerfDelayUs(20000);
+    std::vector<std::vector<float>> bufs(10, std::vector<float>(1000, (float)(rk.rank + 1)));
+    ASSERT_EQ(papcclSuccess, papcclGroupStart());
+    for (auto& b : bufs)
+      ASSERT_EQ(papcclSuccess, papcclAllReduce(b.data(), b.data(), b.size(), papcclFloat32,
+                                               papcclSum, rk.comm, nullptr));
+    ASSERT_EQ(papcclSuccess, papcclGroupEnd());
+    for (auto& b : bufs)
+      ASSERT_EQ(6.0f, b[999]);
+    float x = 1;
+    ASSERT_EQ(papcclSuccess,
+              papcclAllReduce(&x, &x, 1, papcclFloat32, papcclSum, rk.comm, nullptr));
+    ASSERT_EQ(3.0f, x);
+  });
+}
+
 // ---- Determinism ---------------------------------------------------------------------------
 
 // Values whose sum depends on the order of the additions.
