@@ -7,6 +7,7 @@
 #include "algo/algo.h"
 #include "check.h"
 #include "log.h"
+#include "param.h"
 
 struct detCtx {
   struct papEngine* e;
@@ -120,17 +121,45 @@ papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papOpDesc* op) {
     g.lastR[u] = -1;
     g.written[u] = 1;
   }
-  /* Phase B: owners send final chunks to everyone; everyone receives the other blocks. */
+  /* Phase B: owners hand each final chunk to everyone; everyone takes the other blocks'.
+   * Within a host a final chunk is published once in the owner's staging area and every
+   * rank copies it out (one copy in, N-1 out); otherwise it is sent to each rank. */
+  int stage = e->stageSlots > 0 && (size_t)papParamChunkSize() <= e->stageSlotBytes;
+  uint64_t tagBase = (e->curSeq + 1) << 32;
   if (myBlock >= 0) {
-    for (int k = 0; k < papGeomChunks(&g, myBlock); k++)
+    for (int k = 0; k < papGeomChunks(&g, myBlock); k++) {
+      if (stage) {
+        int u = g.unitOff[myBlock] + k;
+        size_t off, cnt;
+        papGeomUnit(&g, myBlock, k, &off, &cnt);
+        int idx = papPlanPublish(e, (char*)op->recvbuff + off * esz, cnt * esz, k % e->stageSlots,
+                                 tagBase | (uint32_t)k, n - 1, g.lastW[u]);
+        PLAN_OK(idx);
+        g.lastR[u] = idx;
+        continue;
+      }
       for (int d = 0; d < n; d++)
         if (d != r) PLAN_OK(papGeomSend(e, &g, d, myBlock, k));
+    }
   }
   for (int k = 0; k < maxK; k++) {
     for (int j = 0; j < nE; j++) {
       if (j == myBlock || k >= papGeomChunks(&g, j)) continue;
-      int idx = papGeomRecv(e, &g, own[j], j, k);
-      PLAN_OK(idx);
+      int idx;
+      if (stage) {
+        int u = g.unitOff[j] + k;
+        size_t off, cnt;
+        papGeomUnit(&g, j, k, &off, &cnt);
+        idx = papPlanFetch(e, own[j], (char*)op->recvbuff + off * esz, cnt * esz, k % e->stageSlots,
+                           tagBase | (uint32_t)k, g.lastW[u], g.lastR[u]);
+        PLAN_OK(idx);
+        g.lastW[u] = idx;
+        g.lastR[u] = -1;
+        g.written[u] = 1;
+      } else {
+        idx = papGeomRecv(e, &g, own[j], j, k);
+        PLAN_OK(idx);
+      }
       papPlanMarkFinal(e, idx);
     }
   }

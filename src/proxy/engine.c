@@ -33,6 +33,20 @@ papcclResult_t papEngineInit(struct papEngine* e, int rank, int nranks,
   PAP_CHECK(papCalloc(&e->recvN, (size_t)nranks));
   e->cap = 256;
   PAP_CHECK(papCalloc(&e->steps, (size_t)e->cap));
+  /* Published-chunk slots: as many chunk-sized slots as the staging area holds. */
+  size_t stageBytes = 0;
+  if (tops->staging && tops->staging(tstate, rank, &stageBytes) != NULL) {
+    int64_t chunk = papParamChunkSize();
+    size_t slotBytes = ((size_t)(chunk < 64 ? 64 : chunk) + 63) & ~(size_t)63;
+    size_t nslots = stageBytes / (slotBytes + sizeof(struct papStageSlot));
+    int all = 1; /* every peer's staging area must be mapped (all ranks on this host) */
+    for (int p = 0; p < nranks; p++)
+      all &= tops->staging(tstate, p, NULL) != NULL;
+    if (nslots >= 2 && all) {
+      e->stageSlots = (int)(nslots > 4096 ? 4096 : nslots);
+      e->stageSlotBytes = slotBytes;
+    }
+  }
   papPlanReset(e);
   return papcclSuccess;
 }
@@ -54,6 +68,7 @@ void papPlanReset(struct papEngine* e) {
   e->first = 0;
   e->scanAll = 0;
   e->pending = 0;
+  e->lastPublish = -1;
   e->scratchUsed = 0;
   for (int p = 0; p < e->nranks; p++) {
     e->lastSend[p] = -1;
@@ -163,8 +178,48 @@ int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, 
   return idx;
 }
 
+int papPlanPublish(struct papEngine* e, const void* src, size_t bytes, int slot, uint64_t tag,
+                   int readers, int dep0) {
+  int idx;
+  struct papStep* s = newStep(e, PAP_STEP_PUBLISH, dep0, -1, &idx);
+  if (s == NULL) return -1;
+  s->src = (const char*)src;
+  s->bytes = bytes;
+  s->slot = slot;
+  s->tag = tag;
+  s->readers = readers;
+  /* Publishes of one rank go in order: a slot is reused only after its previous chunk. */
+  s->prevQ = e->lastPublish;
+  e->lastPublish = idx;
+  return idx;
+}
+
+int papPlanFetch(struct papEngine* e, int owner, void* dst, size_t bytes, int slot, uint64_t tag,
+                 int dep0, int dep1) {
+  int idx;
+  struct papStep* s = newStep(e, PAP_STEP_FETCH, dep0, dep1, &idx);
+  if (s == NULL) return -1;
+  s->peer = owner;
+  s->dst = (char*)dst;
+  s->bytes = bytes;
+  s->slot = slot;
+  s->tag = tag;
+  return idx;
+}
+
+/* Slot control line and data of rank r's staging area. */
+static inline struct papStageSlot* stageCtl(struct papEngine* e, int r, int slot, char** data) {
+  char* base = (char*)e->tops->staging(e->tstate, r, NULL);
+  if (base == NULL) return NULL;
+  struct papStageSlot* ctl = (struct papStageSlot*)base;
+  *data =
+      base + sizeof(struct papStageSlot) * (size_t)e->stageSlots + (size_t)slot * e->stageSlotBytes;
+  return &ctl[slot];
+}
+
 void papPlanMarkFinal(struct papEngine* e, int idx) {
-  if (idx >= 0 && idx < e->nsteps && e->steps[idx].kind == PAP_STEP_RECV)
+  if (idx >= 0 && idx < e->nsteps &&
+      (e->steps[idx].kind == PAP_STEP_RECV || e->steps[idx].kind == PAP_STEP_FETCH))
     e->steps[idx].flags |= PAP_STEP_F_FINAL;
 }
 
@@ -274,6 +329,41 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
                       (enum papRedKind)s->red);
     s->state = PAP_STEP_DONE;
     break;
+  case PAP_STEP_PUBLISH: {
+    char* data = NULL;
+    struct papStageSlot* c = stageCtl(e, e->rank, s->slot, &data);
+    if (c == NULL) {
+      PAP_WARN("internal error: no staging area to publish into");
+      return papcclInternalError;
+    }
+    /* The previous chunk in this slot must have been fetched by all its readers. */
+    if (__atomic_load_n(&c->refs, __ATOMIC_ACQUIRE) != 0) break;
+    memcpy(data, s->src, s->bytes);
+    __atomic_store_n(&c->refs, (uint32_t)s->readers, __ATOMIC_RELAXED);
+    /* Release partner: the acquire load of tag in FETCH. */
+    __atomic_store_n(&c->tag, s->tag, __ATOMIC_RELEASE);
+    for (int p = 0; p < e->nranks; p++)
+      if (p != e->rank) e->tops->notify(e->tstate, p);
+    s->state = PAP_STEP_DONE;
+    break;
+  }
+  case PAP_STEP_FETCH: {
+    char* data = NULL;
+    struct papStageSlot* c = stageCtl(e, s->peer, s->slot, &data);
+    if (c == NULL) {
+      PAP_WARN("internal error: rank %d's staging area is not mapped", s->peer);
+      return papcclInternalError;
+    }
+    if (__atomic_load_n(&c->tag, __ATOMIC_ACQUIRE) != s->tag) break;
+    if ((s->flags & PAP_STEP_F_FINAL) && s->bytes >= 65536)
+      streamCopySink(s, 0, data, s->bytes);
+    else
+      memcpy(s->dst, data, s->bytes);
+    /* Release: our reads of the slot happen before the owner may overwrite it. */
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) e->tops->notify(e->tstate, s->peer);
+    s->state = PAP_STEP_DONE;
+    break;
+  }
   default:
     PAP_WARN("internal error: unknown plan step kind %d", s->kind);
     return papcclInternalError;

@@ -56,7 +56,9 @@ enum papStepKind {
   PAP_STEP_RECV, /* copy the message into dst */
   PAP_STEP_RECV_REDUCE, /* dst = src OP message, straight out of the transport buffers */
   PAP_STEP_COPY, /* dst = src */
-  PAP_STEP_REDUCE /* dst = src OP src2 */
+  PAP_STEP_REDUCE, /* dst = src OP src2 */
+  PAP_STEP_PUBLISH, /* copy src into slot `peer` of my staging area for `readers` local peers */
+  PAP_STEP_FETCH /* copy slot `slot` of rank `peer`'s staging area into dst */
 };
 
 enum {
@@ -78,6 +80,8 @@ struct papStep {
   int32_t peer;
   int32_t dep[2]; /* steps that must be done first (-1: none) */
   int32_t prevQ; /* previous step on the same (peer, direction) queue: keeps FIFO order */
+  int32_t slot; /* PUBLISH/FETCH: staging slot; PUBLISH: readers in `peer` is unused */
+  int32_t readers; /* PUBLISH: how many peers fetch it */
   char* dst;
   const char* src;
   const char* src2;
@@ -89,6 +93,13 @@ struct papStep {
 struct papScratch {
   void* ptr;
   size_t bytes;
+};
+
+/* Shared staging, published chunks: a control line per slot, then the slot data. */
+struct papStageSlot {
+  uint64_t tag; /* (seq + 1) << 32 | chunk index: which chunk the slot holds */
+  uint32_t refs; /* readers still to fetch it */
+  char pad[64 - 12];
 };
 
 struct papEngine {
@@ -110,6 +121,9 @@ struct papEngine {
   uint32_t* sendN; /* [nranks] messages to each peer in the current op (tags) */
   uint32_t* recvN;
   uint64_t curSeq; /* sequence number of the op being planned */
+  int32_t lastPublish; /* during plan building: the previous PUBLISH step (slot order) */
+  int stageSlots; /* published-chunk slots in each local rank's staging area (0: none) */
+  size_t stageSlotBytes;
   struct papScratch* scratch; /* reused between plans, grown on demand */
   int nscratch;
   int scratchUsed;
@@ -133,6 +147,15 @@ int papPlanRecvReduce(struct papEngine* e, int peer, void* dst, const void* src,
 int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0, int dep1);
 int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
                   papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1);
+/* Single-copy broadcast of a chunk to the local peers through this rank's staging area:
+ * PUBLISH copies it into slot `slot` once (after the slot's previous readers are done),
+ * every reader FETCHes it from there. The slot is (chunk index) % e->stageSlots; tag
+ * identifies (op, chunk) on both sides. Use only when e->stageSlots > 0 and the chunk fits
+ * e->stageSlotBytes. */
+int papPlanPublish(struct papEngine* e, const void* src, size_t bytes, int slot, uint64_t tag,
+                   int readers, int dep0);
+int papPlanFetch(struct papEngine* e, int owner, void* dst, size_t bytes, int slot, uint64_t tag,
+                 int dep0, int dep1);
 /* Marks a RECV step whose destination the plan never reads again (see PAP_STEP_F_FINAL). */
 void papPlanMarkFinal(struct papEngine* e, int idx);
 /* Scan the whole plan each pass instead of a window (until papPlanReset). */

@@ -55,7 +55,11 @@ TEST_P(PapPatterns, EveryPatternCountPlacementTypeAndOp) {
   const int n = std::get<0>(GetParam());
   const Mode mode = std::get<1>(GetParam());
   const std::string algo = std::get<2>(GetParam());
-  ScopedEnv forced("PAPCCL_ALGO", algo == "det" ? nullptr : algo.c_str());
+  // "ac2s-fifo": AC2S with the final chunks sent through the FIFOs (no staging area).
+  ScopedEnv forced("PAPCCL_ALGO", algo == "det"         ? nullptr
+                                  : algo == "ac2s-fifo" ? "ac2s"
+                                                        : algo.c_str());
+  ScopedEnv staging("PAPCCL_SHM_STAGING_SIZE", algo == "ac2s-fifo" ? "0" : nullptr);
   ScopedEnv det("PAPCCL_DETERMINISTIC", algo == "det" ? "1" : nullptr);
   ScopedEnv gap("PAPCCL_PAP_GAP_US", "100");
   ScopedEnv chunk("PAPCCL_CHUNK_SIZE", "65536");  // several chunks per block at 1000003
@@ -129,12 +133,16 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PapParam{2, Mode::kThreads, "ac2s"}, PapParam{3, Mode::kThreads, "ac2s"},
                       PapParam{4, Mode::kProcesses, "ac2s"}, PapParam{8, Mode::kThreads, "ac2s"},
                       PapParam{3, Mode::kProcesses, "det"}, PapParam{4, Mode::kThreads, "det"},
-                      PapParam{8, Mode::kProcesses, "ac2s"}, PapParam{3, Mode::kThreads, "chain"},
-                      PapParam{4, Mode::kProcesses, "chain"}, PapParam{8, Mode::kThreads, "chain"},
-                      PapParam{2, Mode::kProcesses, "small"}, PapParam{3, Mode::kThreads, "small"},
-                      PapParam{8, Mode::kProcesses, "small"}),
+                      PapParam{8, Mode::kProcesses, "ac2s"},
+                      PapParam{5, Mode::kProcesses, "ac2s-fifo"},
+                      PapParam{3, Mode::kThreads, "chain"}, PapParam{4, Mode::kProcesses, "chain"},
+                      PapParam{8, Mode::kThreads, "chain"}, PapParam{2, Mode::kProcesses, "small"},
+                      PapParam{3, Mode::kThreads, "small"}, PapParam{8, Mode::kProcesses, "small"}),
     [](const ::testing::TestParamInfo<PapParam>& info) {
-      return std::get<2>(info.param) + "_n" + std::to_string(std::get<0>(info.param)) + "_" +
+      std::string a = std::get<2>(info.param);
+      for (char& ch : a)
+        if (ch == '-') ch = '_';
+      return a + "_n" + std::to_string(std::get<0>(info.param)) + "_" +
              ModeName(std::get<1>(info.param));
     });
 
