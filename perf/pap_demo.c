@@ -17,6 +17,7 @@ struct demo {
   int iters, nThreads, proc, nprocs, nranks;
   struct papPerfArrival arrival;
   papcclUniqueId id;
+  char (*algo)[16]; /* [iters] the plan each call ran (rank 0's statistics) */
 };
 
 struct demoRank {
@@ -52,7 +53,8 @@ static double ms(double sec) {
 /* Rank 0's report from every rank's (entry, exit) stamps: st[r * 2 * iters + 2 * it]. */
 static void report(const struct demo* d, const double* st, double balancedSec, int64_t wrong) {
   int n = d->nranks, iters = d->iters;
-  double sumEarly = 0, sumLate = 0, sumTail = 0;
+  double sumEarly = 0, sumLate = 0, sumTail = 0, tailBy[2] = {0, 0};
+  int nBy[2] = {0, 0};
   int counted = 0;
   char desc[128];
   papPerfArrivalDescribe(&d->arrival, n, desc, sizeof(desc));
@@ -65,7 +67,8 @@ static void report(const struct demo* d, const double* st, double balancedSec, i
   printf("#   skew = last arrival - first arrival; early = mean time in the call of the other\n");
   printf(
       "#   ranks; last = the last arriver's time in the call; tail = last exit - last arrival\n");
-  printf("#  call    skew     early          last      tail\n");
+  printf("#   plan = the algorithm papccl chose (papcclCommGetPapStats)\n");
+  printf("#  call    skew     early          last      tail  plan\n");
   for (int it = 0; it < iters; it++) {
     double aMin = 1e300, aMax = -1e300, fMax = -1e300, early = 0;
     int last = 0;
@@ -80,12 +83,15 @@ static void report(const struct demo* d, const double* st, double balancedSec, i
     double lateIn = sl[1] - sl[0], tail = fMax - aMax;
     early = n > 1 ? (early - lateIn) / (n - 1) : lateIn;
     if (it < DEMO_MAX_ROWS) {
-      printf("%7d %7.2f %9.2f %9.2f (r%d) %9.2f\n", it, ms(aMax - aMin), ms(early), ms(lateIn),
-             last, ms(tail));
+      printf("%7d %7.2f %9.2f %9.2f (r%d) %9.2f  %s\n", it, ms(aMax - aMin), ms(early), ms(lateIn),
+             last, ms(tail), d->algo[it]);
     }
     if (it > 0 || iters == 1) { /* the first call also pays one-time setup */
       sumEarly += early, sumLate += lateIn, sumTail += tail;
       counted++;
+      int pap = strcmp(d->algo[it], "ring") != 0 && strcmp(d->algo[it], "rhd") != 0;
+      tailBy[pap] += tail;
+      nBy[pap]++;
     }
   }
   if (iters > DEMO_MAX_ROWS) printf("# (%d more calls not shown)\n", iters - DEMO_MAX_ROWS);
@@ -94,6 +100,11 @@ static void report(const struct demo* d, const double* st, double balancedSec, i
       "tail %.2f ms\n",
       iters > 1 ? 1 : 0, iters - 1, ms(sumEarly / counted), ms(sumLate / counted),
       ms(sumTail / counted));
+  if (nBy[0] && nBy[1])
+    printf(
+        "# mean tail: classic plan %.2f ms (%d calls), PAP-aware plan %.2f ms (%d calls): %.2fx\n",
+        ms(tailBy[0] / nBy[0]), nBy[0], ms(tailBy[1] / nBy[1]), nBy[1],
+        tailBy[0] / nBy[0] / (tailBy[1] / nBy[1]));
   if (balancedSec > 0) {
     double ratio = sumTail / counted / balancedSec;
     /* Timing noise moves the ratio by some 10%: only a clear gap means work moved earlier. */
@@ -148,6 +159,11 @@ static void* demoRank(void* arg) {
     stamps[2 * it] = papPerfNow();
     DCHECK(comm, papcclAllReduce(send, recv, count, papcclFloat32, papcclSum, comm, NULL));
     stamps[2 * it + 1] = papPerfNow();
+    if (dr->rank == 0) {
+      papcclPapStats st;
+      DCHECK(comm, papcclCommGetPapStats(comm, &st));
+      snprintf(d->algo[it], sizeof(d->algo[it]), "%s", st.lastAlgoName);
+    }
     wrong += papPerfCountWrong(recv, expected, count, papcclFloat32, papcclSum);
   }
   DCHECK(comm, papcclAllGather(stamps, all, (size_t)2 * d->iters, papcclFloat64, comm, NULL));
@@ -164,7 +180,7 @@ static void* demoRank(void* arg) {
 
 static void usage(void) {
   printf(
-      "USAGE: pap_demo [-b bytes (16M)] [-n calls (10)] [-t threads per process]\n"
+      "USAGE: pap_demo [-b bytes (16M)] [-n calls (16)] [-t threads per process]\n"
       "\t[--arrival balanced|late|late:R|staircase (late)] [--skew usec (20000)]\n"
       "Runs allreduce (float32 sum) calls where some ranks arrive late, checks every result\n"
       "bit-exactly and reports, per call, the time early and late ranks spend inside it and\n"
@@ -187,7 +203,7 @@ int main(int argc, char** argv) {
                                            {0, 0, 0, 0}};
   setlinebuf(stdout);
   d.bytes = 16 << 20;
-  d.iters = 10;
+  d.iters = 16;
   d.nThreads = 0;
   char errText[256];
   d.arrival =
@@ -243,7 +259,8 @@ int main(int argc, char** argv) {
   }
 
   struct demoRank* ranks = calloc((size_t)d.nThreads, sizeof(*ranks));
-  if (!ranks) return 1;
+  d.algo = calloc((size_t)d.iters, sizeof(*d.algo));
+  if (!ranks || !d.algo) return 1;
   DCHECK(NULL, papcclGetUniqueId(&d.id));
   DCHECK(NULL, papcclGroupStart());
   for (int t = 0; t < d.nThreads; t++) {
@@ -264,5 +281,6 @@ int main(int argc, char** argv) {
   for (int t = 0; t < d.nThreads; t++)
     DCHECK(ranks[t].comm, papcclCommDestroy(ranks[t].comm));
   free(ranks);
+  free(d.algo);
   return rc;
 }
