@@ -40,6 +40,23 @@ bool RunDelayed(const Rank& rk, const Case& c, double delayUs) {
   return cr.Verify() && ok;
 }
 
+// A recorded-trace file for the trace:FILE pattern: 5 calls of per-rank offsets (us).
+std::string TraceFile(int n) {
+  static int serial = 0;
+  std::string path = "/tmp/papccl-test-trace-" + std::to_string(getpid()) + "-" +
+                     std::to_string(serial++) + ".txt";
+  FILE* f = fopen(path.c_str(), "w");
+  if (f == nullptr) return "";
+  fprintf(f, "# offsets in us, one line per call\n");
+  for (int row = 0; row < 5; row++) {
+    for (int r = 0; r < n; r++)
+      fprintf(f, "%s%d", r ? " " : "", ((r * 7 + row * 3) % n) * 500);
+    fprintf(f, "\n");
+  }
+  fclose(f);
+  return path;
+}
+
 // ---- Correctness under patterns ------------------------------------------------------------
 
 // ranks x mode x algorithm (forced "ac2s", "chain", "small", or "det" for
@@ -71,8 +88,11 @@ TEST_P(PapPatterns, EveryPatternCountPlacementTypeAndOp) {
     uint32_t seed = 1;
     int sawEarlyCommit = 0;
     // 1. Every pattern x count x placement (float sum), delays of a few ms.
-    const char* patterns[] = {"balanced",  "late:0",  "late",  "late-k:2",
-                              "staircase", "uniform", "normal"};
+    const std::string tracePath = TraceFile(n);
+    ASSERT_FALSE(tracePath.empty());
+    const std::string trace = "trace:" + tracePath;
+    const char* patterns[] = {"balanced",  "late:0",  "late",   "late-k:2",
+                              "staircase", "uniform", "normal", trace.c_str()};
     for (const char* pat : patterns) {
       papPerfArrival a;
       memset(&a, 0, sizeof(a));
@@ -96,6 +116,7 @@ TEST_P(PapPatterns, EveryPatternCountPlacementTypeAndOp) {
       }
       papPerfArrivalFree(&a);
     }
+    unlink(tracePath.c_str());
     // 2. The last rank shifted around the commit point.
     for (double shift : kCommitShifts) {
       for (int rep = 0; rep < 2; rep++) {
@@ -161,7 +182,11 @@ TEST_P(PapColls, EveryPatternCountPlacementRootTypeAndOp) {
   RunRanks(mode, n, [&](Rank& rk) {
     uint32_t seed = 1;
     int sawEarlyCommit = 0;
-    const char* patterns[] = {"balanced", "late:0", "late", "late-k:2", "staircase", "uniform"};
+    const std::string tracePath = TraceFile(n);
+    ASSERT_FALSE(tracePath.empty());
+    const std::string trace = "trace:" + tracePath;
+    const char* patterns[] = {"balanced",  "late:0",  "late",   "late-k:2",
+                              "staircase", "uniform", "normal", trace.c_str()};
     for (Coll coll : colls) {
       for (const char* pat : patterns) {
         papPerfArrival a;
@@ -169,7 +194,7 @@ TEST_P(PapColls, EveryPatternCountPlacementRootTypeAndOp) {
         a.skewUs = 2000;
         char err[256];
         ASSERT_EQ(0, papPerfArrivalParse(pat, &a, err, sizeof(err))) << err;
-        for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(250001)}) {
+        for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000003)}) {
           for (bool inPlace : {false, true}) {
             Case c;
             c.coll = coll;
@@ -205,6 +230,7 @@ TEST_P(PapColls, EveryPatternCountPlacementRootTypeAndOp) {
         }
       }
     }
+    unlink(tracePath.c_str());
     if (n >= 3) {
       EXPECT_GT(sawEarlyCommit, 0) << "no early commit seen: the PAP path never ran";
     }
@@ -215,7 +241,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, PapColls,
                          ::testing::Values(CollParam{2, Mode::kThreads},
                                            CollParam{3, Mode::kProcesses},
                                            CollParam{4, Mode::kThreads},
-                                           CollParam{7, Mode::kProcesses}),
+                                           CollParam{8, Mode::kProcesses}),
                          [](const ::testing::TestParamInfo<CollParam>& info) {
                            return "n" + std::to_string(std::get<0>(info.param)) + "_" +
                                   ModeName(std::get<1>(info.param));
