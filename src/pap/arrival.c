@@ -547,10 +547,12 @@ static void report(struct papComm* comm) {
              (unsigned long long)worstN, (unsigned long long)ps->reportComplete);
   if (comm->rank == 0)
     PAP_INFO(PAP_LOG_PAP,
-             "PAP: last %llu collectives: mean skew %.1f us, mean tail %.1f us, %s; last ran %s",
-             (unsigned long long)ps->reportOps, ps->reportSkew / nc / 1e3,
-             ps->reportTail / nc / 1e3, habit, ps->st.lastAlgoName);
+             "PAP: last %llu collectives (%llu with a PAP-aware plan): mean skew %.1f us, mean "
+             "tail %.1f us, %s; last ran %s",
+             (unsigned long long)ps->reportOps, (unsigned long long)ps->reportPap,
+             ps->reportSkew / nc / 1e3, ps->reportTail / nc / 1e3, habit, ps->st.lastAlgoName);
   ps->reportOps = 0;
+  ps->reportPap = 0;
   ps->reportComplete = 0;
   ps->reportSkew = ps->reportTail = 0;
   memset(ps->reportLate, 0, sizeof(ps->reportLate));
@@ -572,7 +574,10 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
                ? papAlgoName((enum papAlgo)op->algo)
                : "classic");
   st->lastEarly = op->coll == PAP_COLL_ALLREDUCE || op->algo == PAP_ALGO_PAP ? op->nE : n;
-  if (op->algo >= PAP_ALGO_AC2S && a->decided) st->papOps++;
+  if (op->algo >= PAP_ALGO_AC2S && a->decided) {
+    st->papOps++;
+    ps->reportPap++;
+  }
   st->lastComplete = readArrivals(comm, a);
   for (int i = 0; i < PAPCCL_PAP_STATS_MAX_RANKS; i++) {
     st->lastOrder[i] = -1;

@@ -64,6 +64,7 @@ struct papPapState {
   double* sumLate; /* [nranks] ns */
   uint64_t* late; /* [nranks] times last */
   uint64_t reportOps; /* ops since the last PAP INFO line */
+  uint64_t reportPap; /* of those, with a PAP-aware plan */
   uint64_t reportLate[PAPCCL_PAP_STATS_MAX_RANKS];
   uint64_t reportComplete;
   double reportSkew, reportTail;

@@ -199,11 +199,13 @@ void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double s
       b->down = 0;
     }
   }
-  if (was != b->pap)
+  static const char* const names[PAP_SEL_COLLS] = {"allreduce", "broadcast", "reduce", "allgather",
+                                                   "reducescatter"};
+  if (was != b->pap && comm->rank == 0)
     PAP_INFO(PAP_LOG_PAP,
-             "PAP selector: %zu-byte collective %d on %d ranks -> %s (skew EMA %.1f us, sigma "
-             "%.1f us, modelled gain %.1f us)",
-             bytes, op->coll, n,
+             "PAP selector: %zu-byte %s on %d ranks -> %s (skew EMA %.1f us, sigma %.1f us, "
+             "modelled gain %.1f us)",
+             bytes, names[op->coll], n,
              !b->pap                                       ? "classic"
              : bytes <= (size_t)papParamPapSmallMaxBytes() ? "small"
                                                            : "ac2s",
