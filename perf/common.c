@@ -105,6 +105,7 @@ struct perfProc {
   int jsonDepth, jsonFirst[32], jsonAfterKey;
   size_t maxBytes; /* after the memory cap */
   int errors; /* summed over every rank at the end */
+  int corrupt; /* PAPCCL_PERF_CORRUPT: test hook, see benchTime */
   atomic_int timedOut;
 };
 
@@ -498,11 +499,17 @@ static void benchTime(struct perfRank* r, papcclDataType_t type, int op, int roo
   p->coll->getBw(r->counts.paramCount, papPerfTypeSize(type), sec, p->nranks, &algBw, &busBw);
 
   int64_t wrong = 0;
-  for (int c = 0; c < o->check; c++) {
+  /* As nccl-tests: an in-place send/recv (one buffer both sent from and received into) is a
+   * race by NCCL's rules, so it is timed but not checked. */
+  int check = inPlace && p->coll->inPlaceUnchecked ? 0 : o->check;
+  for (int c = 0; c < check; c++) {
     initData(r, type, op, root, inPlace, ++r->rep, 1);
     startColl(r, type, op, root, inPlace, 0);
     void *s, *d;
     callBuffers(r, type, inPlace, 0, &s, &d);
+    /* Test hook: PAPCCL_PERF_CORRUPT=1 flips a bit of rank 0's first result element, to show
+     * that -c catches a wrong result (and the exit code is 7). */
+    if (p->corrupt && r->rank == 0 && r->counts.recvCount > 0) ((unsigned char*)d)[0] ^= 0x10;
     int64_t mine = papPerfCountWrong(d, r->expected, r->counts.recvCount, type, op);
     if (mine) r->errors++;
     wrong = sumInt(r, mine);
@@ -513,7 +520,7 @@ static void benchTime(struct perfRank* r, papcclDataType_t type, int op, int roo
   floatStr(sec * 1e6, 7, ts, sizeof(ts));
   floatStr(algBw, 6, as, sizeof(as));
   floatStr(busBw, 6, bs, sizeof(bs));
-  if (o->check)
+  if (check)
     PRINT(r, "  %7s  %6s  %6s  %6g", ts, as, bs, (double)wrong);
   else
     PRINT(r, "  %7s  %6s  %6s    N/A", ts, as, bs);
@@ -540,7 +547,7 @@ static void benchTime(struct perfRank* r, papcclDataType_t type, int op, int roo
     jsonKey(p, "bus_bw");
     jsonDouble(p, busBw);
     jsonKey(p, "nwrong");
-    if (o->check)
+    if (check)
       jsonDouble(p, (double)wrong);
     else
       jsonNull(p);
@@ -1055,6 +1062,7 @@ int papPerfMain(int argc, char** argv, const struct papPerfColl* coll) {
   struct perfProc* p = &proc;
   struct perfOpts* o = &p->o;
   setlinebuf(stdout);
+  p->corrupt = envInt("PAPCCL_PERF_CORRUPT", 0) != 0;
   *o = (struct perfOpts){.nThreads = 1,
                          .nGpus = 1,
                          .minBytes = 32 << 20,

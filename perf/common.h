@@ -58,6 +58,7 @@ struct papPerfColl {
   const char* name; /* "AllReduce" */
   int reduces; /* 1: uses -o (redop column); 0: redop prints "none" */
   int rooted; /* 1: uses -r (-1 loops over every root); 0: root prints -1 */
+  int inPlaceUnchecked; /* 1: the in-place run is timed but not checked (send/recv) */
   void (*getCounts)(size_t count, size_t eltSize, int nranks, struct papPerfCounts* out);
   void (*initData)(const struct papPerfData* data);
   void (*getBw)(size_t count, size_t eltSize, double sec, int nranks, double* algBw, double* busBw);

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The perf binaries: every binary's output layout against nccl-tests' (check_format.py), with
+# threads and with papcclrun; -c catching a corrupted result (exit code 7); the arrival
+# columns. Usage: test_perf.sh BUILD_DIR
+set -uo pipefail
+B=${1:?build dir}
+here=$(cd "$(dirname "$0")" && pwd)
+check="python3 $here/check_format.py"
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+for b in all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf reduce_perf \
+  alltoall_perf sendrecv_perf gather_perf scatter_perf; do
+  # Ranks as threads (-t), every type and op where the collective reduces, every root.
+  out=$tmp/$b.t.txt
+  if timeout 120 "$B/perf/$b" -t 3 -b 8 -e 64K -f 16 -c 1 -n 2 -w 1 -d all -o all -r -1 >"$out" 2>&1; then
+    if $check "$b" <"$out" >"$tmp/chk" 2>&1; then ok "$b -t 3: $(cat "$tmp/chk")"; else bad "$b -t 3: $(cat "$tmp/chk")"; fi
+  else
+    bad "$b -t 3 exited with $? ($(tail -3 "$out" | tr '\n' ' '))"
+  fi
+  # Ranks as processes (papcclrun), in-place and out-of-place checked.
+  out=$tmp/$b.p.txt
+  if timeout 120 "$B/src/launcher/papcclrun" -n 4 "$B/perf/$b" -b 1 -e 1M -f 32 -c 1 -n 2 -w 1 >"$out" 2>&1; then
+    if $check "$b" <"$out" >"$tmp/chk" 2>&1; then ok "$b -n 4: $(cat "$tmp/chk")"; else bad "$b -n 4: $(cat "$tmp/chk")"; fi
+  else
+    bad "$b papcclrun -n 4 exited with $? ($(tail -3 "$out" | tr '\n' ' '))"
+  fi
+  # A corrupted result must be counted and end with exit code 7.
+  out=$tmp/$b.c.txt
+  PAPCCL_PERF_CORRUPT=1 timeout 120 "$B/perf/$b" -t 2 -b 4K -e 4K -c 1 -n 1 -w 0 >"$out" 2>&1
+  rc=$?
+  if [ "$rc" = 7 ] && grep -q "# Out of bounds values : [1-9][0-9]* FAILED" "$out"; then
+    ok "$b: a corrupted result gives exit 7 and FAILED"
+  else
+    bad "$b: corrupted result: exit $rc ($(grep 'Out of bounds' "$out"))"
+  fi
+done
+
+# The PAP columns.
+out=$tmp/arrival.txt
+if timeout 120 "$B/perf/all_reduce_perf" -t 4 -b 64K -e 1M -f 16 -c 1 -n 3 -w 1 --arrival late:1 --skew 2000 >"$out" 2>&1 &&
+  $check all_reduce_perf --arrival <"$out" >"$tmp/chk" 2>&1; then
+  ok "all_reduce_perf --arrival: $(cat "$tmp/chk")"
+else
+  bad "all_reduce_perf --arrival: $(cat "$tmp/chk" 2>/dev/null) $(tail -3 "$out" | tr '\n' ' ')"
+fi
+
+[ "$fails" = 0 ] && echo "all perf checks passed" || echo "$fails perf check(s) failed"
+[ "$fails" = 0 ]
