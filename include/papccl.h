@@ -262,6 +262,7 @@ typedef struct papcclPapStats {
   double lastSkewUs; /* worst-case skew: last arrival minus first arrival */
   double lastTailUs; /* this rank's completion minus the last arrival */
   double lastTimeInCollUs; /* this rank's completion minus its own arrival */
+  double lastPlanWaitUs; /* this rank's arrival to the start of its own work (the commit) */
   int lastOrder[PAPCCL_PAP_STATS_MAX_RANKS]; /* rank at each arrival position (-1 past N) */
   double lastLatenessUs[PAPCCL_PAP_STATS_MAX_RANKS]; /* per rank: arrival minus first arrival */
   /* Since the communicator was created. */

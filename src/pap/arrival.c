@@ -179,6 +179,7 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
   a->slot = (int)(op->cseq % PAP_BOARD_SLOTS);
   a->gen = genOf(op->cseq);
   a->released = 0;
+  a->tPlan = 0;
   if (a->tArr == 0) a->tArr = papNowNs();
   size_t wi = IDX_WORD(n, a->slot);
   uint64_t w = 0, nw = 0;
@@ -448,6 +449,7 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
     PAP_CHECK(rankAt(comm, a, a->pos - 1, &op->pred, deadline));
   /* A chain rank still reads its successor's entry (papPapExtend); others are done. */
   if (algo != PAP_ALGO_CHAIN || a->pos == n - 1) PAP_CHECK(releaseSlot(comm, a));
+  a->tPlan = papNowNs();
   PAP_TRACE(PAP_LOG_PAP, "collective #%llu: rank %d arrived at position %d; %s with %d early",
             (unsigned long long)op->seq, comm->rank, a->pos, papAlgoName((enum papAlgo)algo), nE);
   return papcclSuccess;
@@ -587,6 +589,7 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
     st->lastLateRank = -1;
     st->lastSkewUs = st->lastTailUs = 0;
     st->lastTimeInCollUs = (double)(tDone - a->tArr) / 1e3;
+    st->lastPlanWaitUs = a->tPlan > a->tArr ? (double)(a->tPlan - a->tArr) / 1e3 : 0;
     report(comm);
     return;
   }
@@ -612,6 +615,7 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
   st->lastSkewUs = skew / 1e3;
   st->lastTailUs = tail / 1e3;
   st->lastTimeInCollUs = inColl / 1e3;
+  st->lastPlanWaitUs = a->tPlan > a->tArr ? (double)(a->tPlan - a->tArr) / 1e3 : 0;
   st->completeOps++;
   ps->sumSkew += skew;
   ps->sumTail += tail;

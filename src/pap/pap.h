@@ -30,6 +30,7 @@ struct papArrival {
   uint64_t tArr; /* CLOCK_MONOTONIC ns: when the call entered the library */
   uint64_t oldWord; /* the board word before our arrival (0: we were first) */
   int released; /* this rank is done reading the slot */
+  uint64_t tPlan; /* CLOCK_MONOTONIC ns: the plan was known (this rank's work could start) */
 };
 
 /* Size buckets of the selector: floor(log2 bytes), per collective with a PAP-aware plan

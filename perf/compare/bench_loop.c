@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The shared timing loop of the comparison drivers (bench_loop.h). */
+#include "bench_loop.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../arrival.h"
+
+static size_t parseSize(const char* t) {
+  char* end;
+  double v = strtod(t, &end);
+  if (end == t || v < 0) return (size_t)-1;
+  if (*end == 'K' || *end == 'k') v *= 1024;
+  if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
+  if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
+  return (size_t)v;
+}
+
+int cmpRun(struct cmpLib* lib, int argc, char** argv) {
+  size_t minB = 64 * 1024, maxB = 16 << 20, factor = 16;
+  int iters = 10, warmup = 3;
+  const char* pattern = "balanced";
+  struct papPerfArrival arr;
+  memset(&arr, 0, sizeof(arr));
+  char err[256];
+  static const struct option longopts[] = {
+      {"arrival", required_argument, 0, 'A'}, {"skew", required_argument, 0, 'S'}, {0, 0, 0, 0}};
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "b:e:f:n:w:", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'b':
+      minB = parseSize(optarg);
+      break;
+    case 'e':
+      maxB = parseSize(optarg);
+      break;
+    case 'f':
+      factor = (size_t)atol(optarg);
+      break;
+    case 'n':
+      iters = atoi(optarg);
+      break;
+    case 'w':
+      warmup = atoi(optarg);
+      break;
+    case 'A':
+      pattern = optarg;
+      break;
+    case 'S':
+      arr.skewUs = atof(optarg);
+      break;
+    default:
+      fprintf(stderr,
+              "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
+              "[--arrival PATTERN] [--skew USEC]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  if (papPerfArrivalParse(pattern, &arr, err, sizeof(err)) != 0) {
+    fprintf(stderr, "%s: --arrival: %s\n", argv[0], err);
+    return 2;
+  }
+  if (minB == (size_t)-1 || maxB == (size_t)-1 || minB < 4 || minB > maxB || factor < 2 ||
+      iters < 1 || warmup < 0) {
+    fprintf(stderr, "%s: bad -b/-e/-f/-n/-w\n", argv[0]);
+    return 2;
+  }
+  size_t maxCount = maxB / 4;
+  float* buf = (float*)malloc(maxCount * sizeof(float) + 64);
+  double* st = (double*)malloc(sizeof(double) * 4 * (size_t)iters);
+  double* tmp = (double*)malloc(sizeof(double) * (size_t)iters);
+  if (!buf || !st || !tmp) {
+    fprintf(stderr, "%s: out of memory\n", argv[0]);
+    return 1;
+  }
+  int rc = 0;
+  long call = 0;
+  for (size_t bytes = minB; bytes <= maxB; bytes *= factor) {
+    size_t count = bytes / 4;
+    if (lib->prepare && lib->prepare(lib->ctx, buf, count) != 0) {
+      rc = 1;
+      break;
+    }
+    /* Warm-up calls see the same arrival pattern, so an adaptive library (papccl's selector)
+     * reaches its steady state before the timed calls. */
+    for (int w = 0; w < warmup; w++) {
+      for (size_t i = 0; i < count; i++)
+        buf[i] = (float)(lib->rank + 1);
+      if (lib->barrier(lib->ctx) != 0) return 1;
+      papPerfDelayUs(papPerfArrivalDelayUs(&arr, lib->rank, lib->nranks, call++));
+      if (lib->allreduceF32(lib->ctx, buf, count) != 0) return 1;
+    }
+    int64_t wrong = 0;
+    float want = (float)lib->nranks * (float)(lib->nranks + 1) / 2;
+    for (int it = 0; it < iters; it++) {
+      for (size_t i = 0; i < count; i++)
+        buf[i] = (float)(lib->rank + 1);
+      if (lib->barrier(lib->ctx) != 0) return 1;
+      papPerfDelayUs(papPerfArrivalDelayUs(&arr, lib->rank, lib->nranks, call++));
+      double t0 = papPerfNow();
+      if (lib->allreduceF32(lib->ctx, buf, count) != 0) return 1;
+      double t1 = papPerfNow();
+      for (size_t i = 0; i < count; i++)
+        wrong += buf[i] != want;
+      st[it] = t0;
+      st[iters + it] = t0;
+      st[2 * iters + it] = t1;
+      st[3 * iters + it] = t1 - t0;
+    }
+    size_t n = (size_t)iters;
+    if (lib->allreduceF64(lib->ctx, st, n, 0) || lib->allreduceF64(lib->ctx, st + n, n, 1) ||
+        lib->allreduceF64(lib->ctx, st + 2 * n, n, 0) ||
+        lib->allreduceF64(lib->ctx, st + 3 * n, n, 2))
+      return 1;
+    double w = (double)wrong;
+    if (lib->allreduceF64(lib->ctx, &w, 1, 2)) return 1;
+    double med[3];
+    for (int col = 0; col < 3; col++) {
+      for (size_t i = 0; i < n; i++) {
+        double v = col == 0   ? st[3 * n + i] / lib->nranks
+                   : col == 1 ? st[2 * n + i] - st[i]
+                              : st[i] - st[n + i];
+        tmp[i] = v * 1e6;
+      }
+      med[col] = papPerfMedian(tmp, n);
+    }
+    if (lib->rank == 0) {
+      printf("cell %s %d %s:%g %zu %.2f %.2f %.2f %.0f\n", lib->name, lib->nranks, pattern,
+             arr.skewUs, bytes, med[0], med[1], med[2], w);
+      fflush(stdout);
+    }
+    if (w != 0) rc = 1;
+    if (bytes > maxB / factor) break;
+  }
+  papPerfArrivalFree(&arr);
+  free(buf);
+  free(st);
+  free(tmp);
+  return rc;
+}

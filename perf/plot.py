@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Plots of the comparison (perf/compare/run.sh) and of one collective's arrival timeline.
+
+  plot.py --cells OUT/cells.tsv [--timeline timeline.txt] [--out DIR]
+
+Writes DIR/busbw.png (bus bandwidth against size per library, balanced arrivals),
+DIR/tail.png (tail after the last arrival against skew, per pattern and library) and, with
+--timeline, DIR/timeline.png (ranks as rows: arrival, start of own work, completion)."""
+import argparse
+import os
+import statistics
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load_cells(path):
+    cells = {}
+    nranks = 0
+    for line in open(path):
+        f = line.rstrip("\n").split("\t")
+        if len(f) < 9:
+            continue
+        _, lib, n, pat, size, incoll, tail, skew, _ = f
+        nranks = int(n)
+        cells.setdefault((lib, pat, int(size)), []).append((float(incoll), float(tail)))
+    return cells, nranks
+
+
+def busbw_plot(cells, nranks, out):
+    plt.figure(figsize=(6.4, 4.2))
+    libs = sorted({k[0] for k in cells}, key=lambda l: (l != "papccl", l))
+    for lib in libs:
+        pts = sorted((k[2], statistics.median(x[0] for x in v)) for k, v in cells.items()
+                     if k[0] == lib and k[1].startswith("balanced"))
+        if not pts:
+            continue
+        xs = [p[0] for p in pts]
+        ys = [p[0] / (p[1] * 1e-6) / 1e9 * 2 * (nranks - 1) / nranks for p in pts]
+        plt.plot(xs, ys, marker="o", label=lib, linewidth=2.5 if lib == "papccl" else 1.2)
+    plt.xscale("log", base=2)
+    plt.yscale("log")
+    plt.xlabel("message size (bytes)")
+    plt.ylabel("bus bandwidth (GB/s)")
+    plt.title(f"allreduce, balanced arrivals, {nranks} ranks on one host")
+    plt.grid(True, which="both", alpha=0.3)
+    plt.legend()
+    plt.tight_layout()
+    plt.savefig(os.path.join(out, "busbw.png"), dpi=110)
+    plt.close()
+
+
+def tail_plot(cells, nranks, out):
+    kinds = sorted({k[1].split(":")[0] for k in cells if not k[1].startswith("balanced")})
+    sizes = sorted({k[2] for k in cells})
+    size = sizes[-1]
+    libs = sorted({k[0] for k in cells}, key=lambda l: (l != "papccl", l))
+    fig, axes = plt.subplots(1, max(1, len(kinds)), figsize=(5.2 * max(1, len(kinds)), 4.2),
+                             squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        for lib in libs:
+            pts = []
+            for (l, pat, s), v in cells.items():
+                if l != lib or s != size:
+                    continue
+                k, skew = pat.split(":") if ":" in pat else (pat, "0")
+                if k == kind or k == "balanced":
+                    pts.append((float(skew) / 1000, statistics.median(x[1] for x in v) / 1000))
+            pts.sort()
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=lib,
+                        linewidth=2.5 if lib == "papccl" else 1.2)
+        ax.set_xlabel("injected skew (ms)")
+        ax.set_ylabel("tail after the last arrival (ms)")
+        ax.set_title(f"{kind}: {size >> 20} MiB, {nranks} ranks")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "tail.png"), dpi=110)
+    plt.close(fig)
+
+
+def timeline_plot(path, out):
+    rows, title = [], "one allreduce"
+    for line in open(path):
+        if line.startswith("# papccl"):
+            title = line[2:].strip()
+        if line.startswith("#") or not line.strip():
+            continue
+        r, a, s, d = line.split()
+        rows.append((int(r), float(a) / 1000, float(s) / 1000, float(d) / 1000))
+    plt.figure(figsize=(7.5, 0.6 * len(rows) + 1.6))
+    for r, a, s, d in rows:
+        plt.plot([a, s], [r, r], color="0.7", linewidth=6, solid_capstyle="butt")
+        plt.plot([s, d], [r, r], color="tab:blue", linewidth=6, solid_capstyle="butt")
+        plt.plot([a], [r], marker="|", color="k", markersize=16)
+        plt.plot([d], [r], marker="|", color="tab:red", markersize=16)
+    last = max(a for _, a, _, _ in rows)
+    plt.axvline(last, color="tab:orange", linestyle="--", label="last arrival")
+    plt.plot([], [], color="0.7", linewidth=6, label="waiting for the commit")
+    plt.plot([], [], color="tab:blue", linewidth=6, label="own work (plan running)")
+    plt.plot([], [], marker="|", color="k", linestyle="", markersize=12, label="arrival")
+    plt.plot([], [], marker="|", color="tab:red", linestyle="", markersize=12, label="completion")
+    plt.yticks([r for r, *_ in rows], [f"rank {r}" for r, *_ in rows])
+    plt.gca().invert_yaxis()
+    plt.xlabel("time from the first arrival (ms)")
+    plt.title(title, fontsize=9)
+    plt.legend(fontsize=7, loc="lower left")
+    plt.grid(True, axis="x", alpha=0.3)
+    plt.tight_layout()
+    plt.savefig(os.path.join(out, "timeline.png"), dpi=110)
+    plt.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cells")
+    ap.add_argument("--timeline")
+    ap.add_argument("--out", default=".")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    if a.cells:
+        cells, n = load_cells(a.cells)
+        if not cells:
+            sys.exit(f"plot.py: no cells in {a.cells}")
+        busbw_plot(cells, n, a.out)
+        tail_plot(cells, n, a.out)
+    if a.timeline:
+        timeline_plot(a.timeline, a.out)
+    print(f"plot.py: wrote the plots to {a.out}")
+
+
+if __name__ == "__main__":
+    main()
