@@ -18,8 +18,8 @@ required=(
   clang-format               # the format check in scripts/test.sh (Debian 12: version 14)
 )
 # Nice to have; a missing one is reported, never fatal. libgloo-dev: Gloo, for comparison
-# benchmarks (Debian 12 has it; some releases do not).
-optional=(libgloo-dev)
+# benchmarks (Debian 12 has it; some releases do not). python3-matplotlib: perf/plot.py.
+optional=(libgloo-dev python3-matplotlib)
 
 log() { echo "install-deps: $*"; }
 
