@@ -21,7 +21,8 @@
     "1: allreduce bitwise identical whatever the arrivals") \
   X(PapReport, "PAPCCL_PAP_REPORT", 100, "collectives between PAP INFO summary lines (0: none)") \
   X(PapGapUs, "PAPCCL_PAP_GAP_US", 100, "least quiet time before the decider commits early") \
-  X(PapSmallMaxBytes, "PAPCCL_PAP_SMALL_MAX_BYTES", 32768, "PAP allreduce at or below: small variant") \
+  X(PapSmallMaxBytes, "PAPCCL_PAP_SMALL_MAX_BYTES", 32768, \
+    "PAP allreduce at or below: small variant") \
   X(PapAlphaNs, "PAPCCL_PAP_ALPHA_NS", 1000, "cost model: latency of one message (ns)") \
   X(PapBetaPs, "PAPCCL_PAP_BETA_PS", 200, "cost model: transfer time per byte (ps)") \
   X(PapGammaPs, "PAPCCL_PAP_GAMMA_PS", 250, "cost model: reduction time per byte (ps)")
