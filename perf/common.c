@@ -838,7 +838,7 @@ static void usage(const char* prog) {
       "\t[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n"
       "\t[-R,--local_register <0/1/2>] (ignored)\n"
       "\t[-x,--cta_policy <0/1/2>] (passed in the config, no effect on host buffers)\n"
-      "\t[-J,--output_file <file>] write results as JSON (.json)\n"
+      "\t[-J,--output_file,--json <file>] write every cell and its parameters as JSON\n"
       "\t[-u,--unalign <num elements>] \n"
       "\t[-h,--help]\n"
       "papccl extensions (process arrival patterns):\n"
@@ -902,6 +902,7 @@ static int parseArgs(int argc, char** argv, struct perfOpts* o) {
                                            {"report_cputime", required_argument, 0, 'C'},
                                            {"report_timestamps", required_argument, 0, 'S'},
                                            {"output_file", required_argument, 0, 'J'},
+                                           {"json", required_argument, 0, 'J'},
                                            {"average", required_argument, 0, 'a'},
                                            {"local_register", required_argument, 0, 'R'},
                                            {"cta_policy", required_argument, 0, 'x'},
