@@ -12,7 +12,8 @@
   X(ChunkSize, "PAPCCL_CHUNK_SIZE", 262144, "bytes per pipeline chunk in collective plans") \
   X(ShmSlotSize, "PAPCCL_SHM_SLOT_SIZE", 65536, "bytes per shared-memory FIFO slot") \
   X(ShmSlots, "PAPCCL_SHM_NSLOTS", 8, "slots per peer FIFO (credits)") \
-  X(ShmStagingSize, "PAPCCL_SHM_STAGING_SIZE", 1048576, "bytes of per-rank staging slot") \
+  X(ShmStagingSize, "PAPCCL_SHM_STAGING_SIZE", 1048576, \
+    "bytes of shared staging (AC2S finals; 0: off)") \
   X(RhdMaxBytes, "PAPCCL_RHD_MAX_BYTES", 262144, "allreduce below this uses rhd, above ring") \
   X(RdMaxBytes, "PAPCCL_RD_MAX_BYTES", 4096, "rhd below this exchanges whole vectors") \
   X(PipelineDepth, "PAPCCL_PIPELINE_DEPTH", 256, "plan steps scanned ahead by the engine") \
