@@ -4,14 +4,8 @@
 
 #include "common.h"
 
-/* Per-rank chunk of nccl-tests: count / nranks rounded down to 16 bytes (may be 0). */
-static size_t baseCount(size_t count, size_t eltSize, int nranks) {
-  size_t align = 16 / eltSize ? 16 / eltSize : 1;
-  return (count / (size_t)nranks) & ~(align - 1);
-}
-
 static void counts(size_t count, size_t eltSize, int nranks, struct papPerfCounts* out) {
-  size_t b = baseCount(count, eltSize, nranks);
+  size_t b = papPerfBaseCount(count, eltSize, nranks);
   out->sendCount = b;
   out->recvCount = b * (size_t)nranks;
   out->paramCount = b;
@@ -30,11 +24,6 @@ static void init(const struct papPerfData* d) {
                      PAP_PERF_OP_NONE, r, d->nranks, d->seed);
 }
 
-static void bw(size_t count, size_t eltSize, double sec, int nranks, double* algBw, double* busBw) {
-  *algBw = (double)(count * eltSize * (size_t)nranks) / 1.0e9 / sec;
-  *busBw = *algBw * (double)(nranks - 1) / nranks;
-}
-
 static papcclResult_t run(const void* s, void* r, size_t count, papcclDataType_t type,
                           papcclRedOp_t op, int root, papcclComm_t comm) {
   (void)op;
@@ -47,7 +36,7 @@ static const struct papPerfColl coll = {.name = "AllGather",
                                         .rooted = 0,
                                         .getCounts = counts,
                                         .initData = init,
-                                        .getBw = bw,
+                                        .getBw = papPerfBwBlocks,
                                         .run = run};
 
 int main(int argc, char** argv) {

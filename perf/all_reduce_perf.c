@@ -2,16 +2,6 @@
 /* all_reduce_perf: papcclAllReduce bandwidth and latency, nccl-tests compatible. */
 #include "common.h"
 
-static void allReduceCounts(size_t count, size_t eltSize, int nranks, struct papPerfCounts* out) {
-  (void)eltSize;
-  (void)nranks;
-  out->sendCount = count;
-  out->recvCount = count;
-  out->paramCount = count;
-  out->sendInplaceOffset = 0;
-  out->recvInplaceOffset = 0;
-}
-
 static void allReduceInit(const struct papPerfData* d) {
   papPerfFillInput(d->send, d->counts->sendCount, 0, d->type, d->op, d->rank, d->nranks, d->seed);
   if (d->expected == NULL) return;
@@ -36,7 +26,7 @@ static const struct papPerfColl allReduceColl = {
     .name = "AllReduce",
     .reduces = 1,
     .rooted = 0,
-    .getCounts = allReduceCounts,
+    .getCounts = papPerfCountsSame,
     .initData = allReduceInit,
     .getBw = allReduceBw,
     .run = allReduceRun,

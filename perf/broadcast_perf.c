@@ -4,16 +4,6 @@
 
 #include "common.h"
 
-static void counts(size_t count, size_t eltSize, int nranks, struct papPerfCounts* out) {
-  (void)eltSize;
-  (void)nranks;
-  out->sendCount = count;
-  out->recvCount = count;
-  out->paramCount = count;
-  out->sendInplaceOffset = 0;
-  out->recvInplaceOffset = 0;
-}
-
 /* Everyone ends with the root's input. */
 static void init(const struct papPerfData* d) {
   size_t n = d->counts->sendCount;
@@ -21,13 +11,6 @@ static void init(const struct papPerfData* d) {
     papPerfFillInput(d->send, n, 0, d->type, PAP_PERF_OP_NONE, d->root, d->nranks, d->seed);
   if (d->expected == NULL) return;
   papPerfFillInput(d->expected, n, 0, d->type, PAP_PERF_OP_NONE, d->root, d->nranks, d->seed);
-}
-
-/* Bound by the root's link: busbw = algbw. */
-static void bw(size_t count, size_t eltSize, double sec, int nranks, double* algBw, double* busBw) {
-  (void)nranks;
-  *algBw = (double)(count * eltSize) / 1.0e9 / sec;
-  *busBw = *algBw;
 }
 
 static papcclResult_t run(const void* s, void* r, size_t count, papcclDataType_t type,
@@ -39,9 +22,9 @@ static papcclResult_t run(const void* s, void* r, size_t count, papcclDataType_t
 static const struct papPerfColl coll = {.name = "Broadcast",
                                         .reduces = 0,
                                         .rooted = 1,
-                                        .getCounts = counts,
+                                        .getCounts = papPerfCountsSame,
                                         .initData = init,
-                                        .getBw = bw,
+                                        .getBw = papPerfBwOneLink,
                                         .run = run};
 
 int main(int argc, char** argv) {

@@ -627,6 +627,36 @@ static void timeTest(struct perfRank* r, papcclDataType_t type, int op, int root
   if (op == PAP_PERF_OP_MULSUM) PCHECK(r->comm, papcclRedOpDestroy(r->premulOp, r->comm));
 }
 
+/* ---- Hooks shared by several collectives --------------------------------------------------- */
+
+size_t papPerfBaseCount(size_t count, size_t eltSize, int nranks) {
+  size_t align = 16 / eltSize ? 16 / eltSize : 1;
+  return (count / (size_t)nranks) & ~(align - 1);
+}
+
+void papPerfCountsSame(size_t count, size_t eltSize, int nranks, struct papPerfCounts* out) {
+  (void)eltSize;
+  (void)nranks;
+  out->sendCount = count;
+  out->recvCount = count;
+  out->paramCount = count;
+  out->sendInplaceOffset = 0;
+  out->recvInplaceOffset = 0;
+}
+
+void papPerfBwOneLink(size_t count, size_t eltSize, double sec, int nranks, double* algBw,
+                      double* busBw) {
+  (void)nranks;
+  *algBw = (double)(count * eltSize) / 1.0e9 / sec;
+  *busBw = *algBw;
+}
+
+void papPerfBwBlocks(size_t count, size_t eltSize, double sec, int nranks, double* algBw,
+                     double* busBw) {
+  *algBw = (double)(count * eltSize * (size_t)nranks) / 1.0e9 / sec;
+  *busBw = *algBw * (double)(nranks - 1) / nranks;
+}
+
 /* ---- Per-rank setup ---------------------------------------------------------------------- */
 
 struct rankInfo {

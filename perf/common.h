@@ -66,6 +66,20 @@ struct papPerfColl {
                         papcclRedOp_t op, int root, papcclComm_t comm);
 };
 
+/* Shared hooks (NCCL-COMPAT 1.5). The per-rank block of the block collectives: count / nranks
+ * rounded down to 16 bytes (may be 0). */
+size_t papPerfBaseCount(size_t count, size_t eltSize, int nranks);
+/* send = recv = count elements, send == recv in place (AllReduce, Broadcast, Reduce,
+ * SendRecv). */
+void papPerfCountsSame(size_t count, size_t eltSize, int nranks, struct papPerfCounts* out);
+/* algbw = count * eltSize / t; busbw = algbw (bound by one link: Broadcast, Reduce, SendRecv). */
+void papPerfBwOneLink(size_t count, size_t eltSize, double sec, int nranks, double* algBw,
+                      double* busBw);
+/* algbw = count * eltSize * nranks / t; busbw = algbw (n-1)/n (AllGather, ReduceScatter,
+ * AlltoAll, Gather, Scatter; count = the per-rank block). */
+void papPerfBwBlocks(size_t count, size_t eltSize, double sec, int nranks, double* algBw,
+                     double* busBw);
+
 /* Runs the whole benchmark for coll; returns the process exit code. */
 int papPerfMain(int argc, char** argv, const struct papPerfColl* coll);
 

@@ -4,16 +4,6 @@
 
 #include "common.h"
 
-static void counts(size_t count, size_t eltSize, int nranks, struct papPerfCounts* out) {
-  (void)eltSize;
-  (void)nranks;
-  out->sendCount = count;
-  out->recvCount = count;
-  out->paramCount = count;
-  out->sendInplaceOffset = 0;
-  out->recvInplaceOffset = 0;
-}
-
 /* The root ends with the reduction; every other rank's recvbuff must stay untouched. */
 static void init(const struct papPerfData* d) {
   size_t n = d->counts->sendCount;
@@ -25,12 +15,6 @@ static void init(const struct papPerfData* d) {
     memcpy(d->expected, d->recv, n * papPerfTypeSize(d->type));
 }
 
-static void bw(size_t count, size_t eltSize, double sec, int nranks, double* algBw, double* busBw) {
-  (void)nranks;
-  *algBw = (double)(count * eltSize) / 1.0e9 / sec;
-  *busBw = *algBw;
-}
-
 static papcclResult_t run(const void* s, void* r, size_t count, papcclDataType_t type,
                           papcclRedOp_t op, int root, papcclComm_t comm) {
   return papcclReduce(s, r, count, type, op, root, comm, NULL);
@@ -39,9 +23,9 @@ static papcclResult_t run(const void* s, void* r, size_t count, papcclDataType_t
 static const struct papPerfColl coll = {.name = "Reduce",
                                         .reduces = 1,
                                         .rooted = 1,
-                                        .getCounts = counts,
+                                        .getCounts = papPerfCountsSame,
                                         .initData = init,
-                                        .getBw = bw,
+                                        .getBw = papPerfBwOneLink,
                                         .run = run};
 
 int main(int argc, char** argv) {

@@ -4,16 +4,6 @@
 
 #include "common.h"
 
-static void counts(size_t count, size_t eltSize, int nranks, struct papPerfCounts* out) {
-  (void)eltSize;
-  (void)nranks;
-  out->sendCount = count;
-  out->recvCount = count;
-  out->paramCount = count;
-  out->sendInplaceOffset = 0;
-  out->recvInplaceOffset = 0;
-}
-
 /* Each rank sends to rank + 1 and receives rank - 1's input. */
 static void init(const struct papPerfData* d) {
   size_t n = d->counts->sendCount;
@@ -21,12 +11,6 @@ static void init(const struct papPerfData* d) {
   if (d->expected == NULL) return;
   int prev = (d->rank - 1 + d->nranks) % d->nranks;
   papPerfFillInput(d->expected, n, 0, d->type, PAP_PERF_OP_NONE, prev, d->nranks, d->seed);
-}
-
-static void bw(size_t count, size_t eltSize, double sec, int nranks, double* algBw, double* busBw) {
-  (void)nranks;
-  *algBw = (double)(count * eltSize) / 1.0e9 / sec;
-  *busBw = *algBw;
 }
 
 static papcclResult_t run(const void* s, void* r, size_t count, papcclDataType_t type,
@@ -49,9 +33,9 @@ static const struct papPerfColl coll = {.name = "SendRecv",
                                         .reduces = 0,
                                         .rooted = 0,
                                         .inPlaceUnchecked = 1,
-                                        .getCounts = counts,
+                                        .getCounts = papPerfCountsSame,
                                         .initData = init,
-                                        .getBw = bw,
+                                        .getBw = papPerfBwOneLink,
                                         .run = run};
 
 int main(int argc, char** argv) {
