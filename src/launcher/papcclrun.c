@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "free_port.h"
+
 #ifndef PAPCCL_LAUNCHER_VERSION
 #define PAPCCL_LAUNCHER_VERSION "unknown"
 #endif
@@ -214,10 +216,14 @@ static void parseArgs(int argc, char** argv, struct launch* l) {
   l->argv = argv + optind;
 }
 
-/* Binds 127.0.0.1:0 to let the kernel pick a free port. It is released again so rank 0 can
- * bind it; another process could take it in between, which is unlikely on a local port
- * that nobody knows yet. */
+/* Chooses the rendezvous port: below the ephemeral range (free_port.h says why); where the
+ * range leaves no room below it, the kernel picks one. */
 static int pickFreePort(int* portOut) {
+  int port = papFreeFixedPort();
+  if (port > 0) {
+    *portOut = port;
+    return 0;
+  }
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     errMsg("socket failed: %s", strerror(errno));

@@ -105,6 +105,14 @@ check "NRANKS, LOCAL_RANK, LOCAL_SIZE" \
   test "$(awk '$2 == 4 && $3 == $1 && $4 == 4' "$T/out" | wc -l)" = 4
 check "one PAPCCL_COMM_ID, 127.0.0.1:PORT" \
   test "$(cut -d' ' -f5 "$T/out" | sort -u | grep -cE '^127\.0\.0\.1:[0-9]+$')" = 1
+# The port must lie below the kernel's ephemeral range: inside it, any connection's source
+# port or any bind to port 0 on the host could take it before rank 0 binds it.
+eph_lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+port=$(head -1 "$T/out" | cut -d' ' -f5 | cut -d: -f2)
+if [ "$eph_lo" -gt 10064 ]; then
+  check "the PAPCCL_COMM_ID port ($port) lies below the ephemeral range ($eph_lo)" \
+    test "${port:-0}" -ge 10000 -a "${port:-0}" -lt "$eph_lo"
+fi
 run -np 2 /bin/sh -c 'echo "[$1]"' sh -n --tag-output
 check "-np works and the program's own options are left alone" \
   test "$rc" = 0 -a "$(grep -c '^\[-n\]$' "$T/out")" = 2

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mp/harness.h"
+#include "shim/free_port.h"
 #include "shim/shim_comm.h"
 
 namespace papt {
@@ -168,21 +169,6 @@ TEST_F(Faults, AbortFromAnotherThreadUnblocksWaiter) {
 
 // ---- Garbage clients on the bootstrap port --------------------------------------------------
 
-int FreeTcpPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  int port = -1;
-  if (bind(fd, (sockaddr*)&a, sizeof(a)) == 0 && getsockname(fd, (sockaddr*)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 // Connects to 127.0.0.1:port, retrying until deadlineS; returns the socket or -1.
 int ConnectRetry(int port, double deadlineS) {
   const double end = NowS() + deadlineS;
@@ -200,7 +186,7 @@ int ConnectRetry(int port, double deadlineS) {
 }
 
 TEST_F(Faults, GarbageClientOnBootstrapPort) {
-  const int port = FreeTcpPort();
+  const int port = papTestFreeFixedPort();
   ASSERT_GT(port, 0);
   ScopedEnv commId("PAPCCL_COMM_ID", "127.0.0.1:" + std::to_string(port));
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", "20");

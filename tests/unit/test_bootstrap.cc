@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/shim/free_port.h"
 #include "tests/shim/shim_bootstrap.h"
 
 namespace {
@@ -255,32 +256,6 @@ int SplitAndRun(void* parent, int rank, int nranks) {
   return rc;
 }
 
-// A free port below the kernel's ephemeral range, as launchers choose for PAPCCL_COMM_ID: a
-// port inside the range could be taken as the source port of a connection meanwhile.
-int FreeFixedPort() {
-  int lo = 32768;
-  if (FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
-    int hi = 0;
-    if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
-    fclose(f);
-  }
-  if (lo <= 10001) return -1;
-  std::mt19937 rng((unsigned)getpid() ^ (unsigned)Clock::now().time_since_epoch().count());
-  for (int attempt = 0; attempt < 200; attempt++) {
-    int port = 10000 + (int)(rng() % (unsigned)(lo - 10000));
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons((uint16_t)port);
-    int ok = bind(fd, (sockaddr*)&a, sizeof(a)) == 0;
-    close(fd);
-    if (ok) return port;
-  }
-  return -1;
-}
-
 // Sets one PAPCCL_* variable for the scope (parameters are cached: reset on both ends).
 class ScopedEnv {
  public:
@@ -436,7 +411,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, BootstrapRanks, ::testing::Values(1, 2, 3, 8),
 
 // Every rank computes the id itself; rank 0 arrives late and serves the root.
 TEST_F(BootstrapTest, CommIdThreads) {
-  int port = FreeFixedPort();
+  int port = papTestFreeFixedPort();
   ASSERT_GT(port, 0);
   ScopedEnv env("PAPCCL_COMM_ID", "127.0.0.1:" + std::to_string(port));
   const int n = 3;
@@ -463,7 +438,7 @@ TEST_F(BootstrapTest, CommIdThreads) {
 }
 
 TEST_F(BootstrapTest, CommIdProcesses) {
-  int port = FreeFixedPort();
+  int port = papTestFreeFixedPort();
   ASSERT_GT(port, 0);
   ScopedEnv env("PAPCCL_COMM_ID", "127.0.0.1:" + std::to_string(port));
   const int n = 4;
@@ -484,7 +459,7 @@ TEST_F(BootstrapTest, CommIdProcesses) {
 // fails with a WARN (not a hang) when it stays taken.
 TEST_F(BootstrapTest, CommIdPortBusy) {
   AllowWarn("Address already in use");
-  int port = FreeFixedPort();
+  int port = papTestFreeFixedPort();
   ASSERT_GT(port, 0);
   ScopedEnv env("PAPCCL_COMM_ID", "127.0.0.1:" + std::to_string(port));
   auto holdPort = [&]() {

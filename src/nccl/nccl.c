@@ -1,0 +1,596 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The drop-in NCCL library (libnccl.so.2): NCCL's C API as thin wrappers over papccl.
+ *
+ * Every function is defined as pncclX and exported a second time as the weak alias ncclX,
+ * as NVIDIA's library does, so that a profiling layer can define ncclX and forward to
+ * pncclX. Types cross by value: the enums, the unique id and the config struct have the
+ * same values and layouts on both sides (checked below at compile time). */
+#include "nccl.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "log.h"
+#include "papccl.h"
+
+#ifdef PAPCCL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* ---- The two APIs agree ------------------------------------------------------------------ */
+
+_Static_assert(sizeof(ncclUniqueId) == sizeof(papcclUniqueId), "unique id size");
+_Static_assert(sizeof(ncclConfig_t) == sizeof(papcclConfig_t), "config size");
+_Static_assert(offsetof(ncclConfig_t, blocking) == offsetof(papcclConfig_t, blocking), "config");
+_Static_assert(offsetof(ncclConfig_t, commName) == offsetof(papcclConfig_t, commName), "config");
+_Static_assert(offsetof(ncclConfig_t, nvlinkCentricSched) ==
+                   offsetof(papcclConfig_t, nvlinkCentricSched),
+               "config");
+_Static_assert(sizeof(ncclResult_t) == sizeof(papcclResult_t), "result size");
+_Static_assert(sizeof(ncclDataType_t) == sizeof(papcclDataType_t), "datatype size");
+_Static_assert(sizeof(ncclRedOp_t) == sizeof(papcclRedOp_t), "op size");
+_Static_assert((int)ncclInProgress == (int)papcclInProgress, "result values");
+_Static_assert((int)ncclRemoteError == (int)papcclRemoteError, "result values");
+_Static_assert((int)ncclNumResults == (int)papcclNumResults, "result values");
+_Static_assert((int)ncclFloat8e5m2 == (int)papcclFloat8e5m2, "datatype values");
+_Static_assert((int)ncclBfloat16 == (int)papcclBfloat16, "datatype values");
+_Static_assert((int)ncclNumTypes == (int)papcclNumTypes, "datatype values");
+_Static_assert((int)ncclAvg == (int)papcclAvg && (int)ncclNumOps == (int)papcclNumOps, "ops");
+_Static_assert((int)ncclScalarHostImmediate == (int)papcclScalarHostImmediate, "residence");
+_Static_assert(NCCL_CONFIG_UNDEF_INT == PAPCCL_CONFIG_UNDEF_INT, "undef int");
+
+#define NCCL_EXPORT __attribute__((visibility("default")))
+/* ncclX: a weak second name for pncclX (same code, same address). */
+#define NCCL_ALIAS(name) \
+  extern __typeof__(p##name) name __attribute__((weak, alias("p" #name), visibility("default")))
+
+#define COMM(c) ((papcclComm_t)(c))
+#define STREAM(s) ((papcclStream_t)(s))
+#define DT(d) ((papcclDataType_t)(d))
+#define OP(o) ((papcclRedOp_t)(o))
+#define RES(r) ((ncclResult_t)(r))
+
+/* ---- NCCL_* environment -------------------------------------------------------------------- */
+
+/* Programs swapped onto papccl keep their NCCL_* settings for the variables whose meaning is
+ * the same: each one is copied to its PAPCCL_* name unless that is set. Runs when the library
+ * is loaded, before any thread of ours exists. NCCL_DEBUG_SUBSYS is not copied (NCCL's
+ * subsystem names are not papccl's). */
+__attribute__((constructor)) static void ncclEnvImport(void) {
+  static const char* const names[][2] = {
+      {"NCCL_DEBUG", "PAPCCL_DEBUG"},
+      {"NCCL_DEBUG_FILE", "PAPCCL_DEBUG_FILE"},
+      {"NCCL_COMM_ID", "PAPCCL_COMM_ID"},
+      {"NCCL_SOCKET_IFNAME", "PAPCCL_SOCKET_IFNAME"},
+  };
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    const char* v = getenv(names[i][0]);
+    if (v != NULL && getenv(names[i][1]) == NULL) setenv(names[i][1], v, 0);
+  }
+}
+
+/* ---- A registry of the handles we give out --------------------------------------------- */
+
+/* ncclMemAlloc host blocks and ncclCommRegister handles, so that a pointer we did not hand
+ * out is refused with a message instead of being freed. */
+enum {
+  REG_HOST_BLOCK = 1,
+  REG_BUFFER = 2
+};
+struct regEntry {
+  void* key;
+  int kind;
+  ncclComm_t comm; /* REG_BUFFER */
+};
+static pthread_mutex_t regLock = PTHREAD_MUTEX_INITIALIZER;
+static struct regEntry* regTab;
+static size_t regN, regCap;
+
+static int regAdd(void* key, int kind, ncclComm_t comm) {
+  int ok = 1;
+  pthread_mutex_lock(&regLock);
+  if (regN == regCap) {
+    size_t cap = regCap ? 2 * regCap : 64;
+    struct regEntry* t = realloc(regTab, cap * sizeof(*t));
+    if (t == NULL) {
+      ok = 0;
+    } else {
+      regTab = t;
+      regCap = cap;
+    }
+  }
+  if (ok) regTab[regN++] = (struct regEntry){key, kind, comm};
+  pthread_mutex_unlock(&regLock);
+  return ok;
+}
+
+/* Removes (key, kind) and returns 1, or returns 0 when it is not there. With comm non-NULL
+ * the entry must belong to that comm. */
+static int regRemove(void* key, int kind, ncclComm_t comm) {
+  int found = 0;
+  pthread_mutex_lock(&regLock);
+  for (size_t i = 0; i < regN; i++) {
+    if (regTab[i].key == key && regTab[i].kind == kind &&
+        (comm == NULL || regTab[i].comm == comm)) {
+      regTab[i] = regTab[--regN];
+      found = 1;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&regLock);
+  return found;
+}
+
+/* Logs why fn is refused (routed to comm's last error when comm is usable) and returns
+ * ncclInvalidUsage. */
+static ncclResult_t notImplemented(ncclComm_t comm, const char* fn, const char* what) {
+  if (comm != NULL && papCommEnter(COMM(comm), fn) == papcclSuccess) {
+    PAP_WARN("%s: %s is not implemented by papccl", fn, what);
+    papCommLeave(COMM(comm));
+  } else {
+    papLogSetContext(-1, NULL, 0);
+    PAP_WARN("%s: %s is not implemented by papccl", fn, what);
+  }
+  return ncclInvalidUsage;
+}
+
+static ncclResult_t badArg(const char* fn, const char* what) {
+  papLogSetContext(-1, NULL, 0);
+  PAP_WARN("%s: %s", fn, what);
+  return ncclInvalidArgument;
+}
+
+/* ---- Memory ---------------------------------------------------------------------------------- */
+
+NCCL_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
+  if (ptr == NULL) return badArg("ncclMemAlloc", "ptr is NULL");
+  *ptr = NULL;
+  if (size == 0) return ncclSuccess;
+#ifdef PAPCCL_HAVE_CUDA
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) {
+    cudaError_t err = cudaMalloc(ptr, size);
+    if (err == cudaSuccess) return ncclSuccess;
+    papLogSetContext(-1, NULL, 0);
+    PAP_WARN("ncclMemAlloc: cudaMalloc of %zu bytes failed: %s", size, cudaGetErrorString(err));
+    *ptr = NULL;
+    return ncclUnhandledCudaError;
+  }
+  (void)cudaGetLastError(); /* no usable GPU: clear the sticky error, use host memory */
+#endif
+  void* p = NULL;
+  if (posix_memalign(&p, NCCL_WIN_REQUIRED_ALIGNMENT, size) != 0) {
+    papLogSetContext(-1, NULL, 0);
+    PAP_WARN("ncclMemAlloc: cannot allocate %zu bytes of host memory", size);
+    return ncclSystemError;
+  }
+  if (!regAdd(p, REG_HOST_BLOCK, NULL)) {
+    free(p);
+    papLogSetContext(-1, NULL, 0);
+    PAP_WARN("ncclMemAlloc: out of memory recording the block");
+    return ncclSystemError;
+  }
+  *ptr = p;
+  return ncclSuccess;
+}
+NCCL_ALIAS(ncclMemAlloc);
+
+NCCL_EXPORT ncclResult_t pncclMemFree(void* ptr) {
+  if (ptr == NULL) return ncclSuccess;
+  if (regRemove(ptr, REG_HOST_BLOCK, NULL)) {
+    free(ptr);
+    return ncclSuccess;
+  }
+#ifdef PAPCCL_HAVE_CUDA
+  struct cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes(&attr, ptr) == cudaSuccess && attr.type == cudaMemoryTypeDevice) {
+    cudaError_t err = cudaFree(ptr);
+    if (err == cudaSuccess) return ncclSuccess;
+    papLogSetContext(-1, NULL, 0);
+    PAP_WARN("ncclMemFree: cudaFree(%p) failed: %s", ptr, cudaGetErrorString(err));
+    return ncclUnhandledCudaError;
+  }
+  (void)cudaGetLastError();
+#endif
+  return badArg("ncclMemFree", "the pointer was not returned by ncclMemAlloc");
+}
+NCCL_ALIAS(ncclMemFree);
+
+/* ---- Version, ids, errors ------------------------------------------------------------------ */
+
+NCCL_EXPORT ncclResult_t pncclGetVersion(int* version) {
+  if (version == NULL) return badArg("ncclGetVersion", "version is NULL");
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+NCCL_ALIAS(ncclGetVersion);
+
+NCCL_EXPORT ncclResult_t pncclGetUniqueId(ncclUniqueId* uniqueId) {
+  return RES(papcclGetUniqueId((papcclUniqueId*)uniqueId));
+}
+NCCL_ALIAS(ncclGetUniqueId);
+
+NCCL_EXPORT const char* pncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+  case ncclSuccess:
+    return "no error";
+  case ncclUnhandledCudaError:
+    return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+  case ncclSystemError:
+    return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+  case ncclInternalError:
+    return "internal error - please report this issue to the papccl developers";
+  case ncclInvalidArgument:
+    return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+  case ncclInvalidUsage:
+    return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+  case ncclRemoteError:
+    return "remote process exited or there was a network error";
+  case ncclInProgress:
+    return "NCCL operation in progress";
+  default:
+    return "unknown result code";
+  }
+}
+NCCL_ALIAS(ncclGetErrorString);
+
+NCCL_EXPORT const char* pncclGetLastError(ncclComm_t comm) {
+  return papcclGetLastError(COMM(comm));
+}
+NCCL_ALIAS(ncclGetLastError);
+
+/* NCCL re-reads NCCL_DEBUG on the next log line; papccl reads its log settings once. */
+NCCL_EXPORT void pncclResetDebugInit(void) {}
+NCCL_ALIAS(ncclResetDebugInit);
+NCCL_EXPORT void ncclResetDebugInitInternal(void);
+NCCL_EXPORT void ncclResetDebugInitInternal(void) {}
+
+/* ---- Communicators --------------------------------------------------------------------------- */
+
+NCCL_EXPORT ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                                 int rank, ncclConfig_t* config) {
+  papcclUniqueId id;
+  memcpy(&id, &commId, sizeof(id));
+  return RES(
+      papcclCommInitRankConfig((papcclComm_t*)comm, nranks, id, rank, (papcclConfig_t*)config));
+}
+NCCL_ALIAS(ncclCommInitRankConfig);
+
+NCCL_EXPORT ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                           int rank) {
+  papcclUniqueId id;
+  memcpy(&id, &commId, sizeof(id));
+  return RES(papcclCommInitRank((papcclComm_t*)comm, nranks, id, rank));
+}
+NCCL_ALIAS(ncclCommInitRank);
+
+/* NCCL spreads the bootstrap over nId roots; papccl's bootstrap has one root, so one id. */
+NCCL_EXPORT ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
+                                                   int nId, ncclUniqueId* commIds,
+                                                   ncclConfig_t* config) {
+  const char* fn = "ncclCommInitRankScalable";
+  if (commIds == NULL) return badArg(fn, "commIds is NULL");
+  if (nId < 1) {
+    papLogSetContext(-1, NULL, 0);
+    PAP_WARN("%s: nId %d must be at least 1", fn, nId);
+    return ncclInvalidArgument;
+  }
+  if (nId > 1) {
+    papLogSetContext(-1, NULL, 0);
+    PAP_WARN(
+        "%s: nId %d > 1 is not implemented by papccl (its bootstrap has one root): pass "
+        "one id",
+        fn, nId);
+    return ncclInvalidUsage;
+  }
+  return pncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+}
+NCCL_ALIAS(ncclCommInitRankScalable);
+
+NCCL_EXPORT ncclResult_t pncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  return RES(papcclCommInitAll((papcclComm_t*)comm, ndev, devlist));
+}
+NCCL_ALIAS(ncclCommInitAll);
+
+NCCL_EXPORT ncclResult_t pncclCommFinalize(ncclComm_t comm) {
+  return RES(papcclCommFinalize(COMM(comm)));
+}
+NCCL_ALIAS(ncclCommFinalize);
+
+NCCL_EXPORT ncclResult_t pncclCommDestroy(ncclComm_t comm) {
+  return RES(papcclCommDestroy(COMM(comm)));
+}
+NCCL_ALIAS(ncclCommDestroy);
+
+NCCL_EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
+  return RES(papcclCommAbort(COMM(comm)));
+}
+NCCL_ALIAS(ncclCommAbort);
+
+NCCL_EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  (void)revokeFlags;
+  return notImplemented(comm, "ncclCommRevoke", "revoking a communicator");
+}
+NCCL_ALIAS(ncclCommRevoke);
+
+NCCL_EXPORT ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                        ncclConfig_t* config) {
+  return RES(
+      papcclCommSplit(COMM(comm), color, key, (papcclComm_t*)newcomm, (papcclConfig_t*)config));
+}
+NCCL_ALIAS(ncclCommSplit);
+
+NCCL_EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList,
+                                         int excludeRanksCount, ncclComm_t* newcomm,
+                                         ncclConfig_t* config, int shrinkFlags) {
+  (void)excludeRanksList, (void)excludeRanksCount, (void)config, (void)shrinkFlags;
+  if (newcomm != NULL) *newcomm = NULL;
+  return notImplemented(comm, "ncclCommShrink",
+                        "shrinking a communicator (use ncclCommSplit with NCCL_SPLIT_NOCOLOR)");
+}
+NCCL_ALIAS(ncclCommShrink);
+
+NCCL_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return RES(papcclCommGetAsyncError(COMM(comm), (papcclResult_t*)asyncError));
+}
+NCCL_ALIAS(ncclCommGetAsyncError);
+
+NCCL_EXPORT ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
+  return RES(papcclCommCount(COMM(comm), count));
+}
+NCCL_ALIAS(ncclCommCount);
+
+NCCL_EXPORT ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return RES(papcclCommCuDevice(COMM(comm), device));
+}
+NCCL_ALIAS(ncclCommCuDevice);
+
+NCCL_EXPORT ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return RES(papcclCommUserRank(COMM(comm), rank));
+}
+NCCL_ALIAS(ncclCommUserRank);
+
+NCCL_EXPORT ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                           void** handle) {
+  const char* fn = "ncclCommRegister";
+  ncclResult_t res = RES(papCommEnter(COMM(comm), fn));
+  if (res != ncclSuccess) return res;
+  if (handle == NULL || buff == NULL || size == 0) {
+    PAP_WARN("%s: %s", fn,
+             handle == NULL ? "handle is NULL"
+             : buff == NULL ? "buff is NULL"
+                            : "size is 0");
+    res = ncclInvalidArgument;
+  } else {
+    /* The handle is a small block of ours, so that deregistration can check it. */
+    void* h = malloc(1);
+    if (h == NULL || !regAdd(h, REG_BUFFER, comm)) {
+      free(h);
+      PAP_WARN("%s: out of memory", fn);
+      res = ncclSystemError;
+    } else {
+      *handle = h;
+    }
+  }
+  papCommLeave(COMM(comm));
+  return res;
+}
+NCCL_ALIAS(ncclCommRegister);
+
+NCCL_EXPORT ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+  const char* fn = "ncclCommDeregister";
+  ncclResult_t res = RES(papCommEnter(COMM(comm), fn));
+  if (res != ncclSuccess) return res;
+  if (handle == NULL || !regRemove(handle, REG_BUFFER, comm)) {
+    PAP_WARN("%s: handle %p was not returned by ncclCommRegister on this communicator", fn, handle);
+    res = ncclInvalidArgument;
+  } else {
+    free(handle);
+  }
+  papCommLeave(COMM(comm));
+  return res;
+}
+NCCL_ALIAS(ncclCommDeregister);
+
+NCCL_EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                                 ncclWindow_t* win, int winFlags) {
+  (void)buff, (void)size, (void)winFlags;
+  if (win != NULL) *win = NULL;
+  return notImplemented(comm, "ncclCommWindowRegister", "window registration");
+}
+NCCL_ALIAS(ncclCommWindowRegister);
+
+NCCL_EXPORT ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  (void)win;
+  return notImplemented(comm, "ncclCommWindowDeregister", "window registration");
+}
+NCCL_ALIAS(ncclCommWindowDeregister);
+
+/* ---- Custom reductions ----------------------------------------------------------------------- */
+
+NCCL_EXPORT ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
+                                                   ncclDataType_t datatype,
+                                                   ncclScalarResidence_t residence,
+                                                   ncclComm_t comm) {
+  return RES(papcclRedOpCreatePreMulSum((papcclRedOp_t*)op, scalar, DT(datatype),
+                                        (papcclScalarResidence_t)residence, COMM(comm)));
+}
+NCCL_ALIAS(ncclRedOpCreatePreMulSum);
+
+NCCL_EXPORT ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  return RES(papcclRedOpDestroy(OP(op), COMM(comm)));
+}
+NCCL_ALIAS(ncclRedOpDestroy);
+
+/* ---- Collectives ------------------------------------------------------------------------------ */
+
+NCCL_EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                     ncclComm_t comm, cudaStream_t stream) {
+  return RES(papcclReduce(sendbuff, recvbuff, count, DT(datatype), OP(op), root, COMM(comm),
+                          STREAM(stream)));
+}
+NCCL_ALIAS(ncclReduce);
+
+NCCL_EXPORT ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                    ncclComm_t comm, cudaStream_t stream) {
+  return RES(papcclBcast(buff, count, DT(datatype), root, COMM(comm), STREAM(stream)));
+}
+NCCL_ALIAS(ncclBcast);
+
+NCCL_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                        ncclDataType_t datatype, int root, ncclComm_t comm,
+                                        cudaStream_t stream) {
+  return RES(
+      papcclBroadcast(sendbuff, recvbuff, count, DT(datatype), root, COMM(comm), STREAM(stream)));
+}
+NCCL_ALIAS(ncclBroadcast);
+
+NCCL_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                        cudaStream_t stream) {
+  return RES(
+      papcclAllReduce(sendbuff, recvbuff, count, DT(datatype), OP(op), COMM(comm), STREAM(stream)));
+}
+NCCL_ALIAS(ncclAllReduce);
+
+NCCL_EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                            ncclDataType_t datatype, ncclRedOp_t op,
+                                            ncclComm_t comm, cudaStream_t stream) {
+  return RES(papcclReduceScatter(sendbuff, recvbuff, recvcount, DT(datatype), OP(op), COMM(comm),
+                                 STREAM(stream)));
+}
+NCCL_ALIAS(ncclReduceScatter);
+
+NCCL_EXPORT ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                        ncclDataType_t datatype, ncclComm_t comm,
+                                        cudaStream_t stream) {
+  return RES(
+      papcclAllGather(sendbuff, recvbuff, sendcount, DT(datatype), COMM(comm), STREAM(stream)));
+}
+NCCL_ALIAS(ncclAllGather);
+
+NCCL_EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, ncclComm_t comm,
+                                       cudaStream_t stream) {
+  return RES(papcclAlltoAll(sendbuff, recvbuff, count, DT(datatype), COMM(comm), STREAM(stream)));
+}
+NCCL_ALIAS(ncclAlltoAll);
+
+NCCL_EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  return RES(
+      papcclGather(sendbuff, recvbuff, count, DT(datatype), root, COMM(comm), STREAM(stream)));
+}
+NCCL_ALIAS(ncclGather);
+
+NCCL_EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                      ncclDataType_t datatype, int root, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  return RES(
+      papcclScatter(sendbuff, recvbuff, count, DT(datatype), root, COMM(comm), STREAM(stream)));
+}
+NCCL_ALIAS(ncclScatter);
+
+/* ---- Point to point and groups ------------------------------------------------------------- */
+
+NCCL_EXPORT ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                                   int peer, ncclComm_t comm, cudaStream_t stream) {
+  return RES(papcclSend(sendbuff, count, DT(datatype), peer, COMM(comm), STREAM(stream)));
+}
+NCCL_ALIAS(ncclSend);
+
+NCCL_EXPORT ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                   ncclComm_t comm, cudaStream_t stream) {
+  return RES(papcclRecv(recvbuff, count, DT(datatype), peer, COMM(comm), STREAM(stream)));
+}
+NCCL_ALIAS(ncclRecv);
+
+NCCL_EXPORT ncclResult_t pncclGroupStart(void) {
+  return RES(papcclGroupStart());
+}
+NCCL_ALIAS(ncclGroupStart);
+
+NCCL_EXPORT ncclResult_t pncclGroupEnd(void) {
+  return RES(papcclGroupEnd());
+}
+NCCL_ALIAS(ncclGroupEnd);
+
+NCCL_EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  (void)simInfo;
+  return notImplemented(NULL, "ncclGroupSimulateEnd",
+                        "simulating a group (the group stays open: end it with ncclGroupEnd)");
+}
+NCCL_ALIAS(ncclGroupSimulateEnd);
+
+/* ---- Host functions of NCCL's device API (nccl_device.h) ----------------------------------- */
+
+/* papccl has no device-side API. These exist so that programs linked against NVIDIA's
+ * library, which reference them, load and run; each one refuses with a log line. Their
+ * handle and requirement arguments are pointers to structs that are never touched. */
+struct papNcclTeam {
+  int nRanks, rank, stride;
+};
+
+static void devApiRefused(const char* fn) {
+  papLogSetContext(-1, NULL, 0);
+  PAP_WARN("%s: NCCL's device API is not implemented by papccl", fn);
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#define DEV_API_RESULT(name, params, comm) \
+  NCCL_EXPORT ncclResult_t p##name params; \
+  NCCL_EXPORT ncclResult_t p##name params { \
+    return notImplemented(comm, #name, "NCCL's device API"); \
+  } \
+  NCCL_ALIAS(name)
+
+DEV_API_RESULT(ncclDevCommCreate, (ncclComm_t comm, const void* reqs, void* outDevComm), comm);
+DEV_API_RESULT(ncclDevCommDestroy, (ncclComm_t comm, const void* devComm), comm);
+DEV_API_RESULT(ncclLsaBarrierCreateRequirement,
+               (struct papNcclTeam team, int nBarriers, void* outHandle, void* outReq), NULL);
+DEV_API_RESULT(ncclGinBarrierCreateRequirement,
+               (ncclComm_t comm, struct papNcclTeam team, int nBarriers, void* outHandle,
+                void* outReq),
+               comm);
+DEV_API_RESULT(ncclLLA2ACreateRequirement, (int nBlocks, int nSlots, void* outHandle, void* outReq),
+               NULL);
+#pragma GCC diagnostic pop
+
+#define DEV_API_TEAM(name) \
+  NCCL_EXPORT struct papNcclTeam p##name(ncclComm_t comm); \
+  NCCL_EXPORT struct papNcclTeam p##name(ncclComm_t comm) { \
+    (void)comm; \
+    devApiRefused(#name); \
+    return (struct papNcclTeam){0, 0, 0}; \
+  } \
+  NCCL_ALIAS(name)
+
+DEV_API_TEAM(ncclTeamWorld);
+DEV_API_TEAM(ncclTeamLsa);
+DEV_API_TEAM(ncclTeamRail);
+
+#define DEV_API_RANK(name) \
+  NCCL_EXPORT int p##name(ncclComm_t comm, struct papNcclTeam team, int rank); \
+  NCCL_EXPORT int p##name(ncclComm_t comm, struct papNcclTeam team, int rank) { \
+    (void)comm, (void)team, (void)rank; \
+    devApiRefused(#name); \
+    return -1; \
+  } \
+  NCCL_ALIAS(name)
+
+DEV_API_RANK(ncclTeamRankToWorld);
+DEV_API_RANK(ncclTeamRankToLsa);
+
+NCCL_EXPORT int pncclLLA2ACalcSlots(int maxElts, int maxEltSize);
+NCCL_EXPORT int pncclLLA2ACalcSlots(int maxElts, int maxEltSize) {
+  (void)maxElts, (void)maxEltSize;
+  devApiRefused("ncclLLA2ACalcSlots");
+  return 0;
+}
+NCCL_ALIAS(ncclLLA2ACalcSlots);

@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A program written against nccl.h the way NCCL users write one: it knows nothing of
+ * papccl. The tests compile it against NVIDIA's nccl.h, link it against NVIDIA's
+ * libnccl.so.2, and run it on papccl's libnccl.so.2 (LD_LIBRARY_PATH or LD_PRELOAD); it is
+ * also built against papccl's own nccl.h. Buffers are host memory (papccl's extension), so
+ * it runs without a GPU.
+ *
+ * usage: nccl_program [NRANKS]   (default 4)
+ * Part 1: NRANKS processes (rank 0 makes the id and sends it to the others, as an MPI
+ *         program broadcasts it): every collective, groups, send/recv, PreMulSum, split, abort, the
+ *         functions papccl refuses, error reporting.
+ * Part 2: NRANKS ranks driven from one thread, as nccl-tests and single-process trainers do:
+ *         grouped ncclCommInitRank, ncclCommInitAll, grouped collectives over all comms.
+ * Prints "library: VERSION PATH" first (which libnccl answered) and "PASS" at the end; any
+ * failed check prints "FAIL ..." and the exit status is 1. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <link.h>
+#include <nccl.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+static int myRank = -1;
+
+#define CHECK(cond, ...) \
+  do { \
+    if (!(cond)) { \
+      failures++; \
+      fprintf(stderr, "FAIL rank %d line %d: %s: ", myRank, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__); \
+      fprintf(stderr, "\n"); \
+    } \
+  } while (0)
+
+#define NCCL_OK(call) \
+  do { \
+    ncclResult_t r_ = (call); \
+    CHECK(r_ == ncclSuccess, "%s returned %d (%s): %s", #call, (int)r_, ncclGetErrorString(r_), \
+          ncclGetLastError(NULL)); \
+  } while (0)
+
+static float* fbuf(size_t n) {
+  float* p = (float*)calloc(n ? n : 1, sizeof(float));
+  if (p == NULL) {
+    fprintf(stderr, "out of memory\n");
+    exit(2);
+  }
+  return p;
+}
+
+/* Value of element i contributed by rank r: small integers, exact in float. */
+static float val(int r, size_t i) {
+  return (float)((r + 1) * 10 + (int)(i % 7));
+}
+
+static void collectives(ncclComm_t comm, int n, int r) {
+  const size_t count = 1000;
+  float* s = fbuf(count * (size_t)n);
+  float* d = fbuf(count * (size_t)n);
+
+  /* AllReduce sum, out of place and in place. */
+  for (size_t i = 0; i < count; i++)
+    s[i] = val(r, i);
+  NCCL_OK(ncclAllReduce(s, d, count, ncclFloat, ncclSum, comm, NULL));
+  int bad = 0;
+  for (size_t i = 0; i < count; i++) {
+    float want = 0;
+    for (int q = 0; q < n; q++)
+      want += val(q, i);
+    bad += d[i] != want;
+  }
+  CHECK(bad == 0, "allreduce sum: %d wrong", bad);
+  NCCL_OK(ncclAllReduce(s, s, count, ncclFloat, ncclMax, comm, NULL));
+  CHECK(s[3] == val(n - 1, 3), "allreduce max in place: %g", s[3]);
+
+  /* Other types and ops. */
+  int32_t iv[4] = {r, -r, r * r, 7};
+  NCCL_OK(ncclAllReduce(iv, iv, 4, ncclInt32, ncclMin, comm, NULL));
+  CHECK(iv[0] == 0 && iv[1] == -(n - 1) && iv[3] == 7, "int32 min: %d %d", iv[0], iv[1]);
+  double dv[2] = {(double)r, 1.0};
+  NCCL_OK(ncclAllReduce(dv, dv, 2, ncclDouble, ncclAvg, comm, NULL));
+  CHECK(dv[0] == (double)(n - 1) / 2.0 && dv[1] == 1.0, "double avg: %g", dv[0]);
+  uint8_t uv[3] = {2, 1, (uint8_t)(r == 0 ? 3 : 1)};
+  NCCL_OK(ncclAllReduce(uv, uv, 3, ncclUint8, ncclProd, comm, NULL));
+  CHECK(uv[1] == 1 && uv[2] == 3, "uint8 prod: %d %d", uv[1], uv[2]);
+
+  /* Broadcast, Bcast, Reduce. */
+  const int root = n - 1;
+  for (size_t i = 0; i < count; i++)
+    s[i] = val(r, i);
+  NCCL_OK(ncclBroadcast(s, d, count, ncclFloat, root, comm, NULL));
+  CHECK(d[5] == val(root, 5) && d[count - 1] == val(root, count - 1), "broadcast: %g", d[5]);
+  NCCL_OK(ncclBcast(s, count, ncclFloat, 0, comm, NULL));
+  CHECK(s[9] == val(0, 9), "bcast: %g", s[9]);
+  for (size_t i = 0; i < count; i++)
+    s[i] = val(r, i);
+  memset(d, 0, count * sizeof(float));
+  NCCL_OK(ncclReduce(s, d, count, ncclFloat, ncclSum, root, comm, NULL));
+  if (r == root) {
+    float want = 0;
+    for (int q = 0; q < n; q++)
+      want += val(q, 11);
+    CHECK(d[11] == want, "reduce at root: %g, want %g", d[11], want);
+  }
+
+  /* AllGather, ReduceScatter, AlltoAll, Gather, Scatter. */
+  const size_t blk = 100;
+  for (size_t i = 0; i < blk; i++)
+    s[i] = val(r, i);
+  NCCL_OK(ncclAllGather(s, d, blk, ncclFloat, comm, NULL));
+  bad = 0;
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < blk; i++)
+      bad += d[(size_t)q * blk + i] != val(q, i);
+  CHECK(bad == 0, "allgather: %d wrong", bad);
+  for (size_t i = 0; i < blk * (size_t)n; i++)
+    s[i] = val(r, i);
+  NCCL_OK(ncclReduceScatter(s, d, blk, ncclFloat, ncclSum, comm, NULL));
+  bad = 0;
+  for (size_t i = 0; i < blk; i++) {
+    float want = 0;
+    for (int q = 0; q < n; q++)
+      want += val(q, (size_t)r * blk + i);
+    bad += d[i] != want;
+  }
+  CHECK(bad == 0, "reducescatter: %d wrong", bad);
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < blk; i++)
+      s[(size_t)q * blk + i] = (float)(r * 1000 + q * 10) + (float)(i % 3);
+  NCCL_OK(ncclAlltoAll(s, d, blk, ncclFloat, comm, NULL));
+  bad = 0;
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < blk; i++)
+      bad += d[(size_t)q * blk + i] != (float)(q * 1000 + r * 10) + (float)(i % 3);
+  CHECK(bad == 0, "alltoall: %d wrong", bad);
+  for (size_t i = 0; i < blk; i++)
+    s[i] = val(r, i);
+  NCCL_OK(ncclGather(s, d, blk, ncclFloat, 0, comm, NULL));
+  if (r == 0) CHECK(d[(size_t)(n - 1) * blk + 2] == val(n - 1, 2), "gather");
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < blk; i++)
+      s[(size_t)q * blk + i] = val(q, i) + (float)r * 1000;
+  NCCL_OK(ncclScatter(s, d, blk, ncclFloat, root, comm, NULL));
+  CHECK(d[4] == val(r, 4) + (float)root * 1000, "scatter: %g", d[4]);
+
+  /* A group of collectives and a ring of send/recv in one group. */
+  float a[8], b[8];
+  for (int i = 0; i < 8; i++)
+    a[i] = (float)(r + i), b[i] = 1.0f;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(a, a, 8, ncclFloat, ncclSum, comm, NULL));
+  NCCL_OK(ncclAllReduce(b, b, 8, ncclFloat, ncclSum, comm, NULL));
+  NCCL_OK(ncclGroupEnd());
+  CHECK(a[0] == (float)(n * (n - 1) / 2) && b[7] == (float)n, "grouped allreduce: %g %g", a[0],
+        b[7]);
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (size_t i = 0; i < count; i++)
+    s[i] = val(r, i);
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclSend(s, count, ncclFloat, next, comm, NULL));
+  NCCL_OK(ncclRecv(d, count, ncclFloat, prev, comm, NULL));
+  NCCL_OK(ncclGroupEnd());
+  CHECK(d[0] == val(prev, 0) && d[count - 1] == val(prev, count - 1), "send/recv ring: %g", d[0]);
+
+  /* PreMulSum: sum of 2 * x. */
+  float two = 2.0f;
+  ncclRedOp_t premul;
+  NCCL_OK(ncclRedOpCreatePreMulSum(&premul, &two, ncclFloat, ncclScalarHostImmediate, comm));
+  float x = (float)(r + 1);
+  NCCL_OK(ncclAllReduce(&x, &x, 1, ncclFloat, premul, comm, NULL));
+  CHECK(x == (float)(n * (n + 1)), "premulsum: %g", x);
+  NCCL_OK(ncclRedOpDestroy(premul, comm));
+
+  /* Registration (a hint), and count = 0. */
+  void* handle = NULL;
+  NCCL_OK(ncclCommRegister(comm, s, count * sizeof(float), &handle));
+  NCCL_OK(ncclAllReduce(s, d, 0, ncclFloat, ncclSum, comm, NULL));
+  NCCL_OK(ncclCommDeregister(comm, handle));
+  free(s);
+  free(d);
+}
+
+static void errors(ncclComm_t comm) {
+  /* Bad arguments come back as codes with a message, never a crash. */
+  float f = 0;
+  ncclResult_t res = ncclAllReduce(&f, &f, 1, ncclFloat, ncclSum, NULL, NULL);
+  CHECK(res == ncclInvalidArgument, "allreduce on a NULL comm returned %d", (int)res);
+  const char* last = ncclGetLastError(NULL);
+  CHECK(last != NULL && last[0] != '\0', "no last error after a bad call");
+  res = ncclAllReduce(&f, &f, 1, (ncclDataType_t)99, ncclSum, comm, NULL);
+  CHECK(res == ncclInvalidArgument, "bad datatype returned %d", (int)res);
+  CHECK(strstr(ncclGetLastError(comm), "datatype") != NULL, "last error: %s",
+        ncclGetLastError(comm));
+  /* What papccl does not implement is refused with ncclInvalidUsage and a reason. */
+  ncclComm_t shrunk = comm;
+  int exclude = 0;
+  res = ncclCommShrink(comm, &exclude, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT);
+  CHECK(res == ncclInvalidUsage && shrunk == NULL, "shrink returned %d", (int)res);
+  CHECK(strstr(ncclGetLastError(comm), "not implemented") != NULL, "shrink reason: %s",
+        ncclGetLastError(comm));
+  ncclWindow_t win;
+  res = ncclCommWindowRegister(comm, &f, sizeof(f), &win, NCCL_WIN_DEFAULT);
+  CHECK(res == ncclInvalidUsage, "window register returned %d", (int)res);
+  res = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+  CHECK(res == ncclInvalidUsage, "revoke returned %d", (int)res);
+  ncclResult_t async = ncclInternalError;
+  NCCL_OK(ncclCommGetAsyncError(comm, &async));
+  CHECK(async == ncclSuccess, "async error %d", (int)async);
+  /* Memory from ncclMemAlloc goes back through ncclMemFree; other pointers are refused. */
+  void* mem = NULL;
+  NCCL_OK(ncclMemAlloc(&mem, 1 << 16));
+  CHECK(mem != NULL, "ncclMemAlloc gave NULL");
+  NCCL_OK(ncclMemFree(mem));
+  res = ncclMemFree(&f);
+  CHECK(res == ncclInvalidArgument, "ncclMemFree of a stack pointer returned %d", (int)res);
+}
+
+static int runRank(ncclUniqueId id, int n, int r) {
+  myRank = r;
+  ncclComm_t comm = NULL;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  config.commName = "nccl_program";
+  /* A config from a newer header: larger, with fields this one does not know. */
+  struct {
+    ncclConfig_t base;
+    int newer[6];
+  } bigger = {NCCL_CONFIG_INITIALIZER, {2, 0, 0, 0, 0, 0}};
+  bigger.base.size = sizeof(bigger);
+  switch (r % 4) {
+  case 0:
+    NCCL_OK(ncclCommInitRank(&comm, n, id, r));
+    break;
+  case 1:
+    NCCL_OK(ncclCommInitRankConfig(&comm, n, id, r, &config));
+    break;
+  case 2:
+    NCCL_OK(ncclCommInitRankConfig(&comm, n, id, r, &bigger.base));
+    break;
+  default:
+    /* A config from an older header (2.17: fields up to netName). */
+    config.size = offsetof(ncclConfig_t, splitShare);
+    NCCL_OK(ncclCommInitRankConfig(&comm, n, id, r, &config));
+    break;
+  }
+  if (comm == NULL) return 1;
+  int cn = -1, cr = -1;
+  NCCL_OK(ncclCommCount(comm, &cn));
+  NCCL_OK(ncclCommUserRank(comm, &cr));
+  CHECK(cn == n && cr == r, "count %d rank %d", cn, cr);
+
+  collectives(comm, n, r);
+  errors(comm);
+
+  /* Split: even and odd ranks; the last rank opts out with NCCL_SPLIT_NOCOLOR. */
+  ncclComm_t sub = NULL;
+  int color = r == n - 1 && n > 2 ? NCCL_SPLIT_NOCOLOR : r % 2;
+  NCCL_OK(ncclCommSplit(comm, color, -r, &sub, NULL));
+  if (color == NCCL_SPLIT_NOCOLOR) {
+    CHECK(sub == NULL, "NOCOLOR gave a communicator");
+  } else if (sub != NULL) {
+    int sn = 0, sr = -1;
+    NCCL_OK(ncclCommCount(sub, &sn));
+    NCCL_OK(ncclCommUserRank(sub, &sr));
+    int members = 0;
+    for (int q = 0; q < n; q++)
+      members += (q % 2 == color) && !(q == n - 1 && n > 2);
+    CHECK(sn == members, "split size %d, want %d", sn, members);
+    float v = (float)r;
+    NCCL_OK(ncclAllReduce(&v, &v, 1, ncclFloat, ncclSum, sub, NULL));
+    float want = 0;
+    for (int q = 0; q < n; q++)
+      if ((q % 2 == color) && !(q == n - 1 && n > 2)) want += (float)q;
+    CHECK(v == want, "split allreduce %g, want %g", v, want);
+    /* The sub-communicator is aborted, not destroyed. */
+    NCCL_OK(ncclCommAbort(sub));
+  } else {
+    CHECK(0, "split gave no communicator");
+  }
+  NCCL_OK(ncclCommFinalize(comm));
+  NCCL_OK(ncclCommDestroy(comm));
+  return failures ? 1 : 0;
+}
+
+/* Part 2: all ranks in this process, driven from one thread. */
+static int singleThread(int n) {
+  myRank = -1;
+  ncclComm_t* comms = (ncclComm_t*)calloc((size_t)n, sizeof(*comms));
+  float* v = fbuf((size_t)n * 64);
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  NCCL_OK(ncclGroupStart());
+  for (int i = 0; i < n; i++)
+    NCCL_OK(ncclCommInitRank(&comms[i], n, id, i));
+  NCCL_OK(ncclGroupEnd());
+  for (int round = 0; round < 2 && failures == 0; round++) {
+    for (int i = 0; i < n * 64; i++)
+      v[i] = (float)(i / 64 + 1);
+    NCCL_OK(ncclGroupStart());
+    for (int i = 0; i < n; i++)
+      NCCL_OK(ncclAllReduce(v + i * 64, v + i * 64, 64, ncclFloat, ncclSum, comms[i], NULL));
+    NCCL_OK(ncclGroupEnd());
+    int bad = 0;
+    for (int i = 0; i < n * 64; i++)
+      bad += v[i] != (float)(n * (n + 1) / 2);
+    CHECK(bad == 0, "grouped allreduce over %d comms in one thread: %d wrong", n, bad);
+    for (int i = 0; i < n; i++)
+      NCCL_OK(ncclCommDestroy(comms[i]));
+    if (round == 0) NCCL_OK(ncclCommInitAll(comms, n, NULL)); /* and again with InitAll */
+  }
+  free(v);
+  free(comms);
+  return failures ? 1 : 0;
+}
+
+/* Prints every loaded object whose name holds "libnccl": one line, so the tests can see
+ * that only one NCCL library is in the process. */
+static int listNccl(struct dl_phdr_info* info, size_t size, void* arg) {
+  (void)size, (void)arg;
+  if (info->dlpi_name != NULL && strstr(info->dlpi_name, "libnccl") != NULL)
+    printf(" %s", info->dlpi_name);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 4;
+  if (n < 2 || n > 64) {
+    fprintf(stderr, "usage: %s [NRANKS 2..64]\n", argv[0]);
+    return 2;
+  }
+  int version = 0;
+  NCCL_OK(ncclGetVersion(&version));
+  Dl_info info;
+  memset(&info, 0, sizeof(info));
+  dladdr((void*)&ncclAllReduce, &info);
+  printf("library: %d %s\n", version, info.dli_fname ? info.dli_fname : "?");
+  printf("header: %d\n", NCCL_VERSION_CODE);
+  printf("loaded:");
+  dl_iterate_phdr(listNccl, NULL);
+  printf("\n");
+  fflush(stdout);
+
+  /* The ranks are started first and rank 0 then sends them the id through pipes, as an MPI
+   * program broadcasts it: forking after the library has started threads is not safe. */
+  pid_t* kids = (pid_t*)calloc((size_t)n, sizeof(pid_t));
+  int(*pipes)[2] = calloc((size_t)n, sizeof(*pipes));
+  ncclUniqueId id;
+  for (int r = 1; r < n; r++) {
+    if (pipe(pipes[r]) != 0) {
+      perror("pipe");
+      return 2;
+    }
+    kids[r] = fork();
+    if (kids[r] < 0) {
+      perror("fork");
+      return 2;
+    }
+    if (kids[r] == 0) {
+      close(pipes[r][1]);
+      size_t got = 0;
+      while (got < sizeof(id)) {
+        ssize_t k = read(pipes[r][0], (char*)&id + got, sizeof(id) - got);
+        if (k <= 0) _exit(3); /* rank 0 failed before sending it */
+        got += (size_t)k;
+      }
+      _exit(runRank(id, n, r));
+    }
+    close(pipes[r][0]);
+  }
+  NCCL_OK(ncclGetUniqueId(&id));
+  for (int r = 1; r < n; r++) {
+    if (failures == 0 && write(pipes[r][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) failures++;
+    close(pipes[r][1]);
+  }
+  free(pipes);
+  if (failures) return 1;
+  int bad = runRank(id, n, 0);
+  for (int r = 1; r < n; r++) {
+    int status = 0;
+    waitpid(kids[r], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      fprintf(stderr, "FAIL rank %d exited with status %#x\n", r, status);
+      bad = 1;
+    }
+  }
+  free(kids);
+  if (bad) return 1;
+  printf("processes: %d ranks ok\n", n);
+  if (singleThread(n) != 0) return 1;
+  printf("one thread: %d ranks ok\n", n);
+  printf("PASS\n");
+  return 0;
+}
