@@ -50,6 +50,16 @@ uint8_t papKernFloatToE5m2(float f);
 papcclResult_t papKernReduceLaunch(void* dst, const void* a, const void* b, size_t count,
                                    papcclDataType_t datatype, enum papRedKind op,
                                    struct CUstream_st* stream);
+/* One-thread kernels standing in for cuStreamWriteValue64 / cuStreamWaitValue64 on a
+ * host-mapped word (device address): write value; hold the stream until *word >= value. */
+papcclResult_t papKernStreamWrite64(uint64_t* word, uint64_t value, struct CUstream_st* stream);
+papcclResult_t papKernStreamWait64(const uint64_t* word, uint64_t value,
+                                   struct CUstream_st* stream);
+/* Holds the stream for ns nanoseconds (tests and benchmarks: a late stream). */
+papcclResult_t papKernSpinNs(uint64_t ns, struct CUstream_st* stream);
+/* p[i] = value + step * (i % 1024) (tests and benchmarks). */
+papcclResult_t papKernFillF32(float* p, size_t n, float value, float step,
+                              struct CUstream_st* stream);
 #endif
 
 #ifdef __cplusplus

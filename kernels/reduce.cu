@@ -159,3 +159,78 @@ extern "C" papcclResult_t papKernReduceLaunch(void* dst, const void* a, const vo
   }
   return papcclSuccess;
 }
+
+/* ---- Stream words and small helpers ---------------------------------------------------- */
+
+namespace {
+
+/* Writes v to a host-mapped word once the stream reaches it: the fallback for
+ * cuStreamWriteValue64. The fence orders the stream's earlier copies before the write. */
+__global__ void writeWordKernel(volatile unsigned long long* word, unsigned long long v) {
+  __threadfence_system();
+  *word = v;
+  __threadfence_system();
+}
+
+/* Holds the stream until the host-mapped word reaches v (wrap-safe compare): the fallback for
+ * cuStreamWaitValue64. One thread, polling with a pause so it does not hammer the bus. */
+__global__ void waitWordKernel(const volatile unsigned long long* word, unsigned long long v) {
+  while ((long long)(*word - v) < 0)
+    __nanosleep(2000);
+  __threadfence_system();
+}
+
+__device__ __forceinline__ unsigned long long globalTimerNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void spinKernel(unsigned long long ns) {
+  unsigned long long t0 = globalTimerNs();
+  while (globalTimerNs() - t0 < ns)
+    __nanosleep(1000);
+}
+
+__global__ void fillF32Kernel(float* p, size_t n, float v, float step) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    p[i] = v + step * (float)(i % 1024);
+}
+
+papcclResult_t launched(const char* what) {
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return papcclSuccess;
+  PAP_WARN("%s: launch failed: %s (%s)", what, cudaGetErrorName(err), cudaGetErrorString(err));
+  return papcclUnhandledCudaError;
+}
+
+}  // namespace
+
+extern "C" papcclResult_t papKernStreamWrite64(uint64_t* word, uint64_t value,
+                                               struct CUstream_st* stream) {
+  writeWordKernel<<<1, 1, 0, (cudaStream_t)stream>>>((volatile unsigned long long*)word,
+                                                     (unsigned long long)value);
+  return launched("stream arrival write");
+}
+
+extern "C" papcclResult_t papKernStreamWait64(const uint64_t* word, uint64_t value,
+                                              struct CUstream_st* stream) {
+  waitWordKernel<<<1, 1, 0, (cudaStream_t)stream>>>((const volatile unsigned long long*)word,
+                                                    (unsigned long long)value);
+  return launched("stream wait");
+}
+
+extern "C" papcclResult_t papKernSpinNs(uint64_t ns, struct CUstream_st* stream) {
+  spinKernel<<<1, 1, 0, (cudaStream_t)stream>>>((unsigned long long)ns);
+  return launched("spin kernel");
+}
+
+extern "C" papcclResult_t papKernFillF32(float* p, size_t n, float value, float step,
+                                         struct CUstream_st* stream) {
+  if (n == 0) return papcclSuccess;
+  size_t blocks = (n + kThreads - 1) / kThreads;
+  fillF32Kernel<<<(unsigned)(blocks < kMaxBlocks ? blocks : kMaxBlocks), kThreads, 0,
+                  (cudaStream_t)stream>>>(p, n, value, step);
+  return launched("fill kernel");
+}

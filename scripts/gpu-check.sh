@@ -34,6 +34,24 @@ log "GPU tests"
 "$G/papccl_gpu" >"$OUTDIR/gpu-tests.txt" 2>&1 && log "GPU tests passed" || log "GPU tests FAILED"
 grep -E "OK \]|FAILED|PASSED|figure|SKIPPED \]" "$OUTDIR/gpu-tests.txt" | tee -a "$OUTDIR/summary.txt" || true
 
+g++ -O2 -std=c++17 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc -Isrc/core -I. -I"$GTEST_SRC/include" \
+  -I"$CUDA_HOME/include" tests/gpu/test_gpu_colls.cc "$G/gtest-all.o" \
+  "$B/src/libpapccl.a" -L"$CUDA_HOME/lib64" -lcudart -lpthread -lrt -lm -o "$G/papccl_gpu_colls"
+log "GPU collectives (device buffers in stream order, ranks sharing the GPU)"
+for memops in 1 0; do
+  PAPCCL_CUDA_MEMOPS=$memops timeout 300 "$G/papccl_gpu_colls" >"$OUTDIR/gpu-colls-memops$memops.txt" 2>&1 &&
+    log "GPU collectives passed (PAPCCL_CUDA_MEMOPS=$memops)" ||
+    log "GPU collectives FAILED (PAPCCL_CUDA_MEMOPS=$memops)"
+  grep -E "OK \]|FAILED|PASSED|figure|SKIPPED \]|Failure|differs" "$OUTDIR/gpu-colls-memops$memops.txt" |
+    head -40 | tee -a "$OUTDIR/summary.txt" || true
+  [ "$memops" = 1 ] && [ "${QUICK:-0}" = 1 ] && break
+done
+
+log "drop-in libnccl.so.2 under a program built on papccl's nccl.h (host buffers)"
+cc -O2 -Iinclude tests/nccl/nccl_program.c -L"$B/src/nccl" -lnccl -ldl -o "$G/nccl_program" &&
+  LD_LIBRARY_PATH="$B/src/nccl" timeout 120 "$G/nccl_program" 4 2>/dev/null | tail -3 |
+  tee -a "$OUTDIR/summary.txt" || log "drop-in program FAILED"
+
 log "host perf on this machine (memory floor, then papccl allreduce 2/4/8 ranks)"
 "$B/perf/memfloor" 2>&1 | tee -a "$OUTDIR/summary.txt"
 "$B/perf/memfloor" -t 1 2>&1 | tail -1 | sed "s/^/one thread: /" | tee -a "$OUTDIR/summary.txt"

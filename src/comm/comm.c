@@ -12,6 +12,7 @@
 #include "alloc.h"
 #include "bootstrap/bootstrap.h"
 #include "check.h"
+#include "cuda/device.h"
 #include "enqueue/enqueue.h"
 #include "futex.h"
 #include "log.h"
@@ -50,7 +51,7 @@ papcclResult_t papCommAllocShell(int rank, int nranks, const papcclConfig_t* con
   PAP_CHECK(papCalloc(&comm, 1));
   comm->rank = rank;
   comm->nranks = nranks;
-  comm->cudaDev = -1;
+  comm->cudaDev = papDeviceCurrent(); /* -1 without GPU support */
   comm->blocking = 1;
   if (config && config->size >= offsetof(papcclConfig_t, blocking) + sizeof(int) &&
       config->blocking != PAPCCL_CONFIG_UNDEF_INT)
@@ -58,6 +59,7 @@ papcclResult_t papCommAllocShell(int rank, int nranks, const papcclConfig_t* con
   pthread_mutex_init(&comm->progressLock, NULL);
   pthread_mutex_init(&comm->userOpLock, NULL);
   pthread_mutex_init(&comm->jobLock, NULL);
+  pthread_mutex_init(&comm->devLock, NULL);
   comm->magic = PAP_COMM_MAGIC;
   comm->magicTail = PAP_COMM_MAGIC;
   papcclResult_t res = papProgressStart(comm);
@@ -227,6 +229,7 @@ out:
 /* Frees everything but the shell. Safe on a partly set up comm. */
 static void commTeardown(struct papComm* comm) {
   papProgressStop(comm);
+  papDeviceCommFree(comm);
   if (comm->engine.steps || comm->engine.lastSend) papEngineFree(&comm->engine);
   papPapFree(comm);
   if (comm->tstate) comm->tops->finalize(comm->tstate);
@@ -415,7 +418,7 @@ out_args:
 }
 
 /* Waits for the progress thread to finish the queued non-blocking work. */
-static void waitPendingJobs(struct papComm* comm) {
+void papCommWaitPendingJobs(struct papComm* comm) {
   while (atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0) {
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
@@ -447,7 +450,7 @@ PAPCCL_API papcclResult_t papcclCommFinalize(papcclComm_t comm) {
   papcclResult_t res = papcclSuccess;
   if (comm->finalized) goto out;
   /* Wait for queued non-blocking work, then a barrier: every rank is done with the comm. */
-  waitPendingJobs(comm);
+  papCommWaitPendingJobs(comm);
   res = (papcclResult_t)atomic_load_explicit(&comm->asyncError, memory_order_acquire);
   if (res != papcclSuccess) {
     PAP_WARN("papcclCommFinalize: communicator has error %d (%s); destroy or abort it", res,
@@ -468,7 +471,7 @@ PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm) {
   if (comm == NULL) return papcclSuccess; /* as NCCL */
   PAP_CHECK(papCommEnter(comm, "papcclCommDestroy"));
   papcclResult_t res = papcclSuccess;
-  waitPendingJobs(comm);
+  papCommWaitPendingJobs(comm);
   /* Destroy is local, as NCCL's: programs that own several ranks destroy them one after the
    * other from one thread, so a barrier here would deadlock them. papcclCommFinalize is the
    * collective flush for those who want one. Nothing a peer does later can touch our memory:
@@ -494,7 +497,9 @@ PAPCCL_API papcclResult_t papcclCommGetAsyncError(papcclComm_t comm, papcclResul
     res = papcclInvalidArgument;
   } else {
     int e = atomic_load_explicit(&comm->asyncError, memory_order_acquire);
-    if (e == papcclSuccess && atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0)
+    /* Queued work of a blocking comm is device ops in stream order: not "in progress". */
+    if (e == papcclSuccess && !comm->blocking &&
+        atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0)
       e = papcclInProgress;
     *asyncError = (papcclResult_t)e;
   }

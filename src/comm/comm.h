@@ -17,6 +17,8 @@
 struct papBootstrap;
 struct papPapState;
 struct papJob;
+struct papDevState;
+struct papDevStage;
 
 /* Ops created by papcclRedOpCreatePreMulSum live in a small per-comm table. */
 #define PAP_MAX_USER_OPS 64
@@ -58,6 +60,8 @@ struct papComm {
 
   struct papEngine engine; /* the plan being executed; owned by the progress-lock holder */
   struct papPapState* pap; /* arrival statistics and selector; same owner */
+  struct papDevState* dev; /* device-buffer state (src/cuda/device.c), created on first use */
+  pthread_mutex_t devLock; /* guards dev's creation and its staging pool */
   pthread_mutex_t progressLock;
 
   struct papUserOp userOps[PAP_MAX_USER_OPS];
@@ -94,14 +98,22 @@ struct papJob {
   papcclUniqueId id;
   int nops;
   struct papOpDesc* ops;
+  /* PAP_JOB_DEVICE: the stream's arrival number and the staging the ops run on. */
+  uint64_t devSeq;
+  int nstages;
+  struct papDevStage** stages;
 };
 enum {
   PAP_JOB_INIT = 1,
-  PAP_JOB_OPS = 2
+  PAP_JOB_OPS = 2,
+  PAP_JOB_DEVICE = 3 /* ops in stream order (src/cuda/device.c) */
 };
 papcclResult_t papProgressStart(struct papComm* comm);
 papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job);
 void papProgressStop(struct papComm* comm);
+
+/* Sleeps until the progress thread has run every queued job. */
+void papCommWaitPendingJobs(struct papComm* comm);
 
 /* Records the first asynchronous error. */
 static inline void papCommSetError(struct papComm* comm, papcclResult_t res) {

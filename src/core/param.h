@@ -26,7 +26,9 @@
     "PAP allreduce at or below: small variant") \
   X(PapAlphaNs, "PAPCCL_PAP_ALPHA_NS", 1000, "cost model: latency of one message (ns)") \
   X(PapBetaPs, "PAPCCL_PAP_BETA_PS", 200, "cost model: transfer time per byte (ps)") \
-  X(PapGammaPs, "PAPCCL_PAP_GAMMA_PS", 250, "cost model: reduction time per byte (ps)")
+  X(PapGammaPs, "PAPCCL_PAP_GAMMA_PS", 250, "cost model: reduction time per byte (ps)") \
+  X(CudaMemops, "PAPCCL_CUDA_MEMOPS", 1, \
+    "device ops: 1 stream memory operations for arrival/wait, 0 one-thread kernels")
 
 /* X(getter, env name, default, doc). String parameters (NULL default = unset). */
 #define PAP_PARAM_STR_LIST(X) \

@@ -3,7 +3,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "cuda/device.h"
 #include "enqueue/enqueue.h"
+#include "kernels/kernels.h"
 #include "log.h"
 
 #define NR ((size_t)-1) /* "nranks times count" */
@@ -49,6 +51,13 @@ static papcclResult_t collCommon(struct papOpDesc* d, const char* fn, int reduce
   if (recvMult && (!recvOnRootOnly || isRoot))
     PAP_CHECK_GOTO(papArgCheckBuf(fn, "recvbuff", d->recvbuff, d->count, d->dtype, recvMult), res,
                    out);
+  if (papDeviceAvailable()) {
+    size_t esz = papKernTypeSize(d->dtype);
+    d->sendBytes = sendMult && (!sendOnRootOnly || isRoot) ? d->count * esz * sendMult : 0;
+    d->recvBytes = recvMult && (!recvOnRootOnly || isRoot) ? d->count * esz * recvMult : 0;
+    d->onDevice = papDeviceOpNeedsStream(d);
+    if (d->onDevice) PAP_CHECK_GOTO(papDeviceCheckStream(d->stream), res, out);
+  }
   res = papEnqueue(d);
 out:
   papCommLeave(comm);
@@ -56,8 +65,10 @@ out:
 }
 
 static void describe(struct papOpDesc* d, papcclComm_t comm, int coll, const void* sendbuff,
-                     void* recvbuff, size_t count, papcclDataType_t dtype, int root) {
+                     void* recvbuff, size_t count, papcclDataType_t dtype, int root,
+                     papcclStream_t stream) {
   memset(d, 0, sizeof(*d));
+  d->stream = stream;
   d->comm = comm;
   d->coll = coll;
   d->sendbuff = sendbuff;
@@ -70,44 +81,39 @@ static void describe(struct papOpDesc* d, papcclComm_t comm, int coll, const voi
 PAPCCL_API papcclResult_t papcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                           papcclDataType_t datatype, papcclRedOp_t op,
                                           papcclComm_t comm, papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, 0);
+  describe(&d, comm, PAP_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, 0, stream);
   return collCommon(&d, "papcclAllReduce", 1, op, 1, 1, 0, 0);
 }
 
 PAPCCL_API papcclResult_t papcclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                           papcclDataType_t datatype, int root, papcclComm_t comm,
                                           papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, root);
+  describe(&d, comm, PAP_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, root, stream);
   return collCommon(&d, "papcclBroadcast", 0, papcclSum, 1, 1, 1, 0);
 }
 
 PAPCCL_API papcclResult_t papcclBcast(void* buff, size_t count, papcclDataType_t datatype, int root,
                                       papcclComm_t comm, papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_BROADCAST, buff, buff, count, datatype, root);
+  describe(&d, comm, PAP_COLL_BROADCAST, buff, buff, count, datatype, root, stream);
   return collCommon(&d, "papcclBcast", 0, papcclSum, 1, 1, 1, 0);
 }
 
 PAPCCL_API papcclResult_t papcclReduce(const void* sendbuff, void* recvbuff, size_t count,
                                        papcclDataType_t datatype, papcclRedOp_t op, int root,
                                        papcclComm_t comm, papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_REDUCE, sendbuff, recvbuff, count, datatype, root);
+  describe(&d, comm, PAP_COLL_REDUCE, sendbuff, recvbuff, count, datatype, root, stream);
   return collCommon(&d, "papcclReduce", 1, op, 1, 1, 0, 1);
 }
 
 PAPCCL_API papcclResult_t papcclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                           papcclDataType_t datatype, papcclComm_t comm,
                                           papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, 0);
+  describe(&d, comm, PAP_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, 0, stream);
   return collCommon(&d, "papcclAllGather", 0, papcclSum, 1, NR, 0, 0);
 }
 
@@ -115,51 +121,45 @@ PAPCCL_API papcclResult_t papcclReduceScatter(const void* sendbuff, void* recvbu
                                               size_t recvcount, papcclDataType_t datatype,
                                               papcclRedOp_t op, papcclComm_t comm,
                                               papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, 0);
+  describe(&d, comm, PAP_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, 0, stream);
   return collCommon(&d, "papcclReduceScatter", 1, op, NR, 1, 0, 0);
 }
 
 PAPCCL_API papcclResult_t papcclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                          papcclDataType_t datatype, papcclComm_t comm,
                                          papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, 0);
+  describe(&d, comm, PAP_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, 0, stream);
   return collCommon(&d, "papcclAlltoAll", 0, papcclSum, NR, NR, 0, 0);
 }
 
 PAPCCL_API papcclResult_t papcclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        papcclDataType_t datatype, int root, papcclComm_t comm,
                                        papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_GATHER, sendbuff, recvbuff, sendcount, datatype, root);
+  describe(&d, comm, PAP_COLL_GATHER, sendbuff, recvbuff, sendcount, datatype, root, stream);
   return collCommon(&d, "papcclGather", 0, papcclSum, 1, NR, 0, 1);
 }
 
 PAPCCL_API papcclResult_t papcclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                         papcclDataType_t datatype, int root, papcclComm_t comm,
                                         papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_SCATTER, sendbuff, recvbuff, recvcount, datatype, root);
+  describe(&d, comm, PAP_COLL_SCATTER, sendbuff, recvbuff, recvcount, datatype, root, stream);
   return collCommon(&d, "papcclScatter", 0, papcclSum, NR, 1, 1, 0);
 }
 
 PAPCCL_API papcclResult_t papcclSend(const void* sendbuff, size_t count, papcclDataType_t datatype,
                                      int peer, papcclComm_t comm, papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_SEND, sendbuff, NULL, count, datatype, peer);
+  describe(&d, comm, PAP_COLL_SEND, sendbuff, NULL, count, datatype, peer, stream);
   return collCommon(&d, "papcclSend", 0, papcclSum, 1, 0, 0, 0);
 }
 
 PAPCCL_API papcclResult_t papcclRecv(void* recvbuff, size_t count, papcclDataType_t datatype,
                                      int peer, papcclComm_t comm, papcclStream_t stream) {
-  (void)stream;
   struct papOpDesc d;
-  describe(&d, comm, PAP_COLL_RECV, NULL, recvbuff, count, datatype, peer);
+  describe(&d, comm, PAP_COLL_RECV, NULL, recvbuff, count, datatype, peer, stream);
   return collCommon(&d, "papcclRecv", 0, papcclSum, 0, 1, 0, 0);
 }

@@ -10,6 +10,7 @@
 #include "algo/algo.h"
 #include "alloc.h"
 #include "check.h"
+#include "cuda/device.h"
 #include "futex.h"
 #include "kernels/kernels.h"
 #include "log.h"
@@ -300,6 +301,10 @@ papcclResult_t papEnqueue(struct papOpDesc* op) {
   }
   op->arr.tArr = papNowNs(); /* the rank arrives when it calls (host buffers) */
   if (papGroupDepth() > 0) return papGroupAddOp(op);
+  if (op->onDevice) return papDeviceSubmit(comm, op, 1);
+  /* Host buffers run now; device ops queued before them on this comm go first, so that
+   * every rank runs the comm's collectives in call order. */
+  if (comm->blocking && comm->dev) papCommWaitPendingJobs(comm);
   if (!comm->blocking) {
     struct papJob* job = NULL;
     PAP_CHECK(papCalloc(&job, 1));

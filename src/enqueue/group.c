@@ -6,6 +6,7 @@
 
 #include "alloc.h"
 #include "check.h"
+#include "cuda/device.h"
 #include "enqueue/enqueue.h"
 #include "log.h"
 
@@ -103,10 +104,42 @@ static papcclResult_t runInits(struct groupInit* inits, int n) {
 
 /* Non-blocking comms get one job each (their ops in call order) on their progress thread;
  * the blocking ones run here, together, in call order. */
+/* A comm with a device op in the group runs all its ops of the group in stream order (one
+ * job; its host buffers are staged too, on the device ops' stream). */
+static papcclResult_t submitDeviceOps(struct papOpDesc* ops, int* nopsInOut) {
+  papcclResult_t res = papcclSuccess;
+  int nops = *nopsInOut;
+  for (int i = 0; i < nops; i++) {
+    if (!ops[i].onDevice) continue;
+    struct papComm* comm = ops[i].comm;
+    struct papOpDesc* mine = NULL;
+    PAP_CHECK(papCalloc(&mine, (size_t)nops));
+    int n = 0, keep = 0;
+    for (int j = 0; j < nops; j++) {
+      if (ops[j].comm == comm) {
+        mine[n] = ops[j];
+        mine[n].stream = ops[i].stream;
+        n++;
+      } else {
+        ops[keep++] = ops[j];
+      }
+    }
+    papcclResult_t r = papDeviceSubmit(comm, mine, n);
+    free(mine);
+    if (r != papcclSuccess && res == papcclSuccess) res = r;
+    nops = keep;
+    i = -1; /* the array was compacted: look again from the start */
+  }
+  *nopsInOut = nops;
+  return res;
+}
+
 static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
   papcclResult_t res = papcclSuccess;
   int nblocking = 0;
   int inProgress = 0;
+  res = submitDeviceOps(ops, &nops);
+  if (res != papcclSuccess || nops == 0) return res;
   for (int i = 0; i < nops; i++) {
     struct papComm* comm = ops[i].comm;
     if (comm->blocking) continue;
@@ -131,6 +164,8 @@ static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
   }
   for (int i = 0; i < nops; i++) /* stable compaction of the blocking ones */
     if (ops[i].comm->blocking) ops[nblocking++] = ops[i];
+  for (int i = 0; i < nblocking; i++) /* device ops queued earlier on these comms go first */
+    if (ops[i].comm->dev) papCommWaitPendingJobs(ops[i].comm);
   if (nblocking) res = papRunOps(ops, nblocking);
   if (res == papcclSuccess && inProgress) res = papcclInProgress;
   return res;

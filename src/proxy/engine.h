@@ -27,6 +27,8 @@ enum papColl {
 };
 
 /* One validated API call. */
+struct CUstream_st;
+
 struct papOpDesc {
   struct papComm* comm;
   int coll;
@@ -49,6 +51,14 @@ struct papOpDesc {
   int pred; /* chain: rank at the previous arrival position, or -1 */
   const int32_t* owners; /* AC2S: owner of block j, in arrival order */
   struct papArrival arr;
+  /* Device buffers (src/cuda/device.c): the op runs in the order of `stream` on pinned
+   * staging copies of the user's buffers. */
+  struct CUstream_st* stream;
+  int onDevice;
+  const void* userSend; /* the user's buffers while sendbuff/recvbuff point at staging */
+  void* userRecv;
+  size_t sendBytes; /* bytes of sendbuff/recvbuff this rank reads/writes (0: not used) */
+  size_t recvBytes;
 };
 
 enum papStepKind {

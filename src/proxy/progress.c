@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "comm/comm.h"
+#include "cuda/device.h"
 #include "enqueue/enqueue.h"
 #include "futex.h"
 #include "log.h"
@@ -15,6 +16,9 @@ static void runJob(struct papComm* comm, struct papJob* job) {
   papcclResult_t res;
   if (job->kind == PAP_JOB_INIT) {
     res = papCommInitRankInternal(comm, &job->id);
+  } else if (job->kind == PAP_JOB_DEVICE) {
+    res = papDeviceRunJob(comm, job);
+    if (res != papcclSuccess) papCommSetError(comm, res);
   } else {
     res = papRunOps(job->ops, job->nops);
     if (res != papcclSuccess) papCommSetError(comm, res);
@@ -90,6 +94,7 @@ void papProgressStop(struct papComm* comm) {
   while (comm->jobHead) {
     struct papJob* j = comm->jobHead;
     comm->jobHead = j->next;
+    if (j->kind == PAP_JOB_DEVICE) papDeviceDropJob(comm, j); /* release its stream */
     free(j->ops);
     free(j);
     atomic_fetch_sub_explicit(&comm->pendingJobs, 1, memory_order_release);

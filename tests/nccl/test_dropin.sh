@@ -8,6 +8,9 @@
 #                   libnccl.so.2 (absent: NVIDIA's NCCL was not found, those checks skip)
 #   NVIDIA_LIBNCCL  NVIDIA's libnccl.so.2, for the exported-symbol comparison
 set -u
+# The test runner may put our library directory on LD_LIBRARY_PATH: each run below chooses
+# its own search path.
+unset LD_LIBRARY_PATH LD_PRELOAD
 LIBDIR=$(cd "${1:?usage}" && pwd)
 OWN=${2:?usage}
 NV=${3:-}

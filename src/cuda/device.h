@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Device buffers in CUDA stream order (device.c). Without CUDA in the build, or without a
+ * usable GPU at run time, papDeviceAvailable() is 0 and every op takes the host path. */
+#ifndef PAPCCL_CUDA_DEVICE_H_
+#define PAPCCL_CUDA_DEVICE_H_
+
+#include "comm/comm.h"
+
+/* 1 when this process can use a GPU: a CUDA build, a driver and at least one device.
+ * Decided once per process; says so in one INFO line. */
+int papDeviceAvailable(void);
+
+/* The device this thread uses now, or -1 (no GPU support). */
+int papDeviceCurrent(void);
+
+/* Whether d (buffers and byte counts filled in) touches device or managed memory, and so
+ * must run in the order of its stream. Call only when papDeviceAvailable(). */
+int papDeviceOpNeedsStream(const struct papOpDesc* d);
+
+/* The stream can take a device op now (it is not being captured into a graph); says why
+ * not. Call before the op takes its sequence number. */
+papcclResult_t papDeviceCheckStream(struct CUstream_st* stream);
+
+/* API thread: for nops ops of one comm on one stream, enqueues on the stream the copies into
+ * pinned staging, the arrival write, the wait for completion and the copies back, then hands
+ * the ops (now on the staging buffers) to the progress thread. Returns without waiting. */
+papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int nops);
+
+/* Progress thread: waits until the stream has reached the job's arrival write, runs its
+ * ops, then releases the stream. Also when the comm is aborted (the stream is released,
+ * the result is not defined). */
+papcclResult_t papDeviceRunJob(struct papComm* comm, struct papJob* job);
+
+/* A job that will not run (abort, destroy): releases its stream and staging. */
+void papDeviceDropJob(struct papComm* comm, struct papJob* job);
+
+/* Frees comm's device state (pinned words, staging pool). After the progress thread ended. */
+void papDeviceCommFree(struct papComm* comm);
+
+#endif /* PAPCCL_CUDA_DEVICE_H_ */

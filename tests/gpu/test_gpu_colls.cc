@@ -1,0 +1,425 @@
+// SPDX-License-Identifier: Apache-2.0
+// Collectives on device buffers in CUDA stream order, ranks sharing one GPU.
+//
+// The oracle: the same collective on host buffers (the host path is checked bit for bit
+// against NCCL's rules by the mp suite); the device result must equal it bit for bit. Also:
+// stream ordering (a kernel writes the input just before the collective and one reads the
+// output just after), the arrival on the stream (one rank's stream delayed by a spin kernel
+// is seen as late by the PAP engine), memory types (pinned, managed, mixed), graph capture
+// (a clear error), ranks as threads and as processes.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "papccl.h"
+
+extern char** environ;
+
+namespace {
+
+bool haveGpu(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    *why = std::string("no usable GPU: cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
+    return false;
+  }
+  if (n == 0) {
+    *why = "no GPU on this machine";
+    return false;
+  }
+  return true;
+}
+
+#define CU(call) ASSERT_EQ(cudaSuccess, (call)) << #call
+#define PC(call) ASSERT_EQ(papcclSuccess, (call)) << #call << ": " << papcclGetLastError(nullptr)
+
+enum Coll {
+  kAllReduce,
+  kReduce,
+  kReduceScatter,
+  kBroadcast,
+  kAllGather,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kSendRecv,
+  kNumColls
+};
+const char* collName(int c) {
+  static const char* n[] = {"allreduce", "reduce", "reducescatter", "broadcast", "allgather",
+                            "alltoall",  "gather", "scatter",       "sendrecv"};
+  return n[c];
+}
+bool reduces(int c) {
+  return c == kAllReduce || c == kReduce || c == kReduceScatter;
+}
+
+// Elements of send and recv per rank for count, n ranks.
+void sizes(int c, size_t count, int n, size_t* sendElts, size_t* recvElts) {
+  *sendElts = count;
+  *recvElts = count;
+  if (c == kReduceScatter || c == kAlltoAll || c == kScatter) *sendElts = count * n;
+  if (c == kAllGather || c == kAlltoAll || c == kGather) *recvElts = count * n;
+}
+
+papcclResult_t runColl(int c, const void* s, void* r, size_t count, papcclDataType_t t,
+                       papcclRedOp_t op, papcclComm_t comm, cudaStream_t st, int rank, int n) {
+  const int root = n - 1;
+  switch (c) {
+  case kAllReduce:
+    return papcclAllReduce(s, r, count, t, op, comm, st);
+  case kReduce:
+    return papcclReduce(s, r, count, t, op, root, comm, st);
+  case kReduceScatter:
+    return papcclReduceScatter(s, r, count, t, op, comm, st);
+  case kBroadcast:
+    return papcclBroadcast(s, r, count, t, root, comm, st);
+  case kAllGather:
+    return papcclAllGather(s, r, count, t, comm, st);
+  case kAlltoAll:
+    return papcclAlltoAll(s, r, count, t, comm, st);
+  case kGather:
+    return papcclGather(s, r, count, t, root, comm, st);
+  case kScatter:
+    return papcclScatter(s, r, count, t, root, comm, st);
+  default: {
+    papcclResult_t a = papcclGroupStart();
+    if (a != papcclSuccess) return a;
+    papcclSend(s, count, t, (rank + 1) % n, comm, st);
+    papcclRecv(r, count, t, (rank + n - 1) % n, comm, st);
+    return papcclGroupEnd();
+  }
+  }
+}
+
+// Runs fn(rank, comm, stream) on n threads, each with its comm (all on device 0) and stream.
+void onRanks(int n, const std::function<void(int, papcclComm_t, cudaStream_t)>& fn) {
+  std::vector<papcclComm_t> comms(n);
+  std::vector<int> devs(n, 0);
+  ASSERT_EQ(papcclSuccess, papcclCommInitAll(comms.data(), n, devs.data()));
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; r++) {
+    th.emplace_back([&, r] {
+      cudaSetDevice(0);
+      cudaStream_t st;
+      cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+      fn(r, comms[r], st);
+      cudaStreamSynchronize(st);
+      cudaStreamDestroy(st);
+    });
+  }
+  for (auto& t : th)
+    t.join();
+  for (int r = 0; r < n; r++)
+    EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
+}
+
+std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v)
+    b = static_cast<uint8_t>(g());
+  return v;
+}
+
+// One case on every rank: device result vs host result, bit for bit. Returns mismatches.
+void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int rank, int n,
+               papcclComm_t comm, cudaStream_t st, bool inPlace, int* bad) {
+  size_t se, re;
+  sizes(c, count, n, &se, &re);
+  const size_t esz = papKernTypeSize(t);
+  auto in = randomBytes(se * esz, 1000u * rank + 7u * c + t);
+  std::vector<uint8_t> hostOut(re * esz, 0), devOut(re * esz, 0);
+  // Host reference.
+  std::vector<uint8_t> hs(in), hr(re * esz, 0);
+  ASSERT_EQ(papcclSuccess, runColl(c, hs.data(), hr.data(), count, t, op, comm, nullptr, rank, n));
+  // Device.
+  void *ds = nullptr, *dr = nullptr;
+  CU(cudaMalloc(&ds, se * esz + 16));
+  CU(cudaMalloc(&dr, re * esz + 16));
+  CU(cudaMemcpy(ds, in.data(), se * esz, cudaMemcpyHostToDevice));
+  CU(cudaMemset(dr, 0, re * esz));
+  void* rbuf = inPlace && c == kAllReduce ? ds : dr;
+  ASSERT_EQ(papcclSuccess, runColl(c, ds, rbuf, count, t, op, comm, st, rank, n))
+      << papcclGetLastError(comm);
+  CU(cudaStreamSynchronize(st));
+  CU(cudaMemcpy(devOut.data(), rbuf, re * esz, cudaMemcpyDeviceToHost));
+  bool recvUsed = !((c == kReduce || c == kGather) && rank != n - 1);
+  if (recvUsed && memcmp(devOut.data(), hr.data(), re * esz) != 0) {
+    (*bad)++;
+    ADD_FAILURE() << collName(c) << " type " << t << " op " << op << " count " << count << " rank "
+                  << rank << "/" << n << (inPlace ? " in place" : "")
+                  << ": device result differs from the host result";
+  }
+  cudaFree(ds);
+  cudaFree(dr);
+}
+
+}  // namespace
+
+// Every collective x datatype x op on device buffers, 1 to 4 ranks (threads) on one GPU.
+TEST(GpuColls, EveryCollectiveTypeOp) {
+  for (int n = 1; n <= 4; n++) {
+    onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+      int bad = 0;
+      for (int c = 0; c < kNumColls && bad < 5; c++) {
+        for (int t = 0; t < papcclNumTypes && bad < 5; t++) {
+          int nops = reduces(c) ? (int)papcclNumOps : 1;
+          for (int op = 0; op < nops && bad < 5; op++) {
+            size_t count = (c == kAllReduce && t == papcclFloat32) ? 1000003 : 1000 + 13;
+            checkCase(c, (papcclDataType_t)t, (papcclRedOp_t)op, count, rank, n, comm, st, false,
+                      &bad);
+            if (c == kAllReduce && op == 0)
+              checkCase(c, (papcclDataType_t)t, papcclSum, 777, rank, n, comm, st, true, &bad);
+          }
+        }
+      }
+    });
+  }
+}
+
+// A kernel writes the input just before the collective (after a 20 ms spin, so that a
+// collective that did not wait for the stream would read stale zeros) and a kernel reads
+// the output just after it (so that a copy back not ordered before it would be missed).
+TEST(GpuColls, StreamOrdering) {
+  const int n = 3;
+  const size_t count = 1 << 20;
+  onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+    float *s, *r, *twice;
+    CU(cudaMalloc(&s, count * 4));
+    CU(cudaMalloc(&r, count * 4));
+    CU(cudaMalloc(&twice, count * 4));
+    CU(cudaMemset(s, 0, count * 4));
+    PC(papKernSpinNs(20000000ull, st));
+    PC(papKernFillF32(s, count, (float)(rank + 1), 0.0f, st));
+    PC(papcclAllReduce(s, r, count, papcclFloat32, papcclSum, comm, st));
+    PC(papKernReduceLaunch(twice, r, r, count, papcclFloat32, PAP_RED_SUM, st));
+    CU(cudaStreamSynchronize(st));
+    std::vector<float> out(count);
+    CU(cudaMemcpy(out.data(), twice, count * 4, cudaMemcpyDeviceToHost));
+    const float want = 2.0f * n * (n + 1) / 2;
+    size_t wrong = 0;
+    for (float v : out)
+      wrong += v != want;
+    EXPECT_EQ(0u, wrong) << "rank " << rank << ": first value " << out[0] << ", want " << want;
+    cudaFree(s);
+    cudaFree(r);
+    cudaFree(twice);
+  });
+}
+
+// One rank's stream reaches the collective 30 ms late (a spin kernel): the PAP engine must
+// stamp arrivals when the streams reach the op, so it names that rank as the late one.
+TEST(GpuColls, ArrivalOnTheStream) {
+  const int n = 4, late = 2;
+  const size_t count = 1 << 22;
+  std::vector<papcclPapStats> stats(n);
+  onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+    float* b;
+    CU(cudaMalloc(&b, count * 4));
+    PC(papKernFillF32(b, count, 1.0f, 0.0f, st));
+    for (int it = 0; it < 3; it++) {
+      if (rank == late) {
+        PC(papKernSpinNs(30000000ull, st));
+      }
+      PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st));
+    }
+    CU(cudaStreamSynchronize(st));
+    float v = 0;
+    CU(cudaMemcpy(&v, b, 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(64.0f, v) << "rank " << rank;  // 1 * 4^3
+    PC(papcclCommGetPapStats(comm, &stats[rank]));
+    cudaFree(b);
+  });
+  for (int r = 0; r < n; r++) {
+    EXPECT_EQ(late, stats[r].lastLateRank) << "rank " << r;
+    EXPECT_GE(stats[r].lastSkewUs, 15000.0) << "rank " << r << ": the 30 ms delay was not seen";
+  }
+  printf("[ figure ] late stream 30 ms, 4 ranks, 16 MiB: skew %.0f us, tail %.0f us, algo %s\n",
+         stats[0].lastSkewUs, stats[0].lastTailUs, stats[0].lastAlgoName);
+}
+
+// Pinned host, managed and device memory, and a device send with a pinned host receive.
+TEST(GpuColls, MemoryTypes) {
+  const int n = 2;
+  const size_t count = 4096;
+  onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+    float *pinned, *managed, *dev, *pinnedOut;
+    CU(cudaMallocHost(&pinned, count * 4));
+    CU(cudaMallocManaged(&managed, count * 4));
+    CU(cudaMalloc(&dev, count * 4));
+    CU(cudaMallocHost(&pinnedOut, count * 4));
+    for (size_t i = 0; i < count; i++)
+      pinned[i] = managed[i] = (float)(rank + 1);
+    PC(papKernFillF32(dev, count, (float)(rank + 1), 0.0f, st));
+    PC(papcclAllReduce(pinned, pinned, count, papcclFloat32, papcclSum, comm, st));
+    PC(papcclAllReduce(managed, managed, count, papcclFloat32, papcclSum, comm, st));
+    PC(papcclAllReduce(dev, pinnedOut, count, papcclFloat32, papcclSum, comm, st));
+    CU(cudaStreamSynchronize(st));
+    EXPECT_EQ(3.0f, pinned[count - 1]);
+    EXPECT_EQ(3.0f, managed[count - 1]);
+    EXPECT_EQ(3.0f, pinnedOut[count - 1]);
+    cudaFreeHost(pinned);
+    cudaFree(managed);
+    cudaFree(dev);
+    cudaFreeHost(pinnedOut);
+  });
+}
+
+// Capture into a CUDA graph is refused with a clear error; the comm stays usable.
+TEST(GpuColls, GraphCaptureIsAClearError) {
+  onRanks(1, [&](int, papcclComm_t comm, cudaStream_t st) {
+    float* b;
+    CU(cudaMalloc(&b, 1024 * 4));
+    CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    EXPECT_EQ(papcclInvalidUsage, papcclAllReduce(b, b, 1024, papcclFloat32, papcclSum, comm, st));
+    EXPECT_NE(nullptr, strstr(papcclGetLastError(comm), "graph")) << papcclGetLastError(comm);
+    cudaGraph_t g = nullptr;
+    CU(cudaStreamEndCapture(st, &g));
+    if (g) cudaGraphDestroy(g);
+    PC(papcclAllReduce(b, b, 1024, papcclFloat32, papcclSum, comm, st));
+    CU(cudaStreamSynchronize(st));
+    cudaFree(b);
+  });
+}
+
+// Figures for the record (not assertions): allreduce of 64 MiB fp32 device buffers with 2
+// and 4 ranks sharing the GPU, balanced and with one stream 20 ms late; median of 7.
+TEST(GpuColls, ReportAllreduce) {
+  const size_t count = 16u << 20;
+  for (int n : {2, 4}) {
+    for (int lateUs : {0, 20000}) {
+      std::vector<double> ms;
+      onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+        float* b;
+        CU(cudaMalloc(&b, count * 4));
+        PC(papKernFillF32(b, count, 1.0f, 0.0f, st));
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        std::vector<double> mine;
+        for (int it = 0; it < 9; it++) {
+          PC(papcclAllReduce(b, b, count, papcclFloat32, papcclAvg, comm, st));  // line up
+          CU(cudaStreamSynchronize(st));
+          if (lateUs && rank == n - 1) {
+            PC(papKernSpinNs(1000ull * lateUs, st));
+          }
+          cudaEventRecord(e0, st);
+          PC(papcclAllReduce(b, b, count, papcclFloat32, papcclAvg, comm, st));
+          cudaEventRecord(e1, st);
+          CU(cudaStreamSynchronize(st));
+          float t = 0;
+          cudaEventElapsedTime(&t, e0, e1);
+          if (it >= 2) mine.push_back(t);
+        }
+        if (rank == 0) ms = mine;
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        cudaFree(b);
+      });
+      std::sort(ms.begin(), ms.end());
+      double med = ms.empty() ? 0 : ms[ms.size() / 2];
+      double busbw = med > 0 ? 2.0 * (n - 1) / n * count * 4 / (med * 1e-3) / 1e9 : 0;
+      printf(
+          "[ figure ] allreduce 64 MiB fp32 device, %d ranks on one GPU, %s: rank 0 time in "
+          "call %.2f ms (median of %zu), busbw %.1f GB/s\n",
+          n, lateUs ? "last stream 20 ms late" : "balanced", med, ms.size(), busbw);
+    }
+  }
+}
+
+// Ranks as processes sharing the GPU: this binary runs itself once per rank.
+TEST(GpuColls, ProcessesShareTheGpu) {
+  for (int n : {2, 4}) {
+    papcclUniqueId id;
+    PC(papcclGetUniqueId(&id));
+    std::string hex;
+    for (size_t i = 0; i < sizeof(id); i++) {
+      char b[3];
+      snprintf(b, sizeof(b), "%02x", (unsigned char)id.internal[i]);
+      hex += b;
+    }
+    std::vector<pid_t> pids;
+    for (int r = 0; r < n; r++) {
+      std::string env1 =
+          "PAPCCL_GPU_CHILD=" + std::to_string(r) + "," + std::to_string(n) + "," + hex;
+      std::vector<char*> envp;
+      for (char** e = environ; *e; e++)
+        envp.push_back(*e);
+      envp.push_back(const_cast<char*>(env1.c_str()));
+      envp.push_back(nullptr);
+      char self[] = "/proc/self/exe";
+      char* argv[] = {self, nullptr};
+      pid_t pid;
+      ASSERT_EQ(0, posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()));
+      pids.push_back(pid);
+    }
+    for (pid_t p : pids) {
+      int status = 0;
+      waitpid(p, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << n << " processes: a rank exited with status " << status;
+    }
+  }
+}
+
+// A child rank: allreduce and allgather on device buffers, checked.
+static int childRank(const char* spec) {
+  int rank = 0, n = 0;
+  char hex[300] = {0};
+  if (sscanf(spec, "%d,%d,%299s", &rank, &n, hex) != 3) return 2;
+  papcclUniqueId id;
+  for (size_t i = 0; i < sizeof(id); i++) {
+    unsigned v = 0;
+    sscanf(hex + 2 * i, "%2x", &v);
+    id.internal[i] = (char)v;
+  }
+  cudaSetDevice(0);
+  papcclComm_t comm;
+  if (papcclCommInitRank(&comm, n, id, rank) != papcclSuccess) return 3;
+  cudaStream_t st;
+  cudaStreamCreate(&st);
+  const size_t count = 1 << 20;
+  float *s, *r;
+  cudaMalloc(&s, count * 4);
+  cudaMalloc(&r, count * 4 * n);
+  papKernFillF32(s, count, (float)(rank + 1), 0.0f, st);
+  int bad = 0;
+  if (papcclAllReduce(s, r, count, papcclFloat32, papcclSum, comm, st) != papcclSuccess) bad++;
+  if (papcclAllGather(s, r + count, 1000, papcclFloat32, comm, st) != papcclSuccess) bad++;
+  cudaStreamSynchronize(st);
+  std::vector<float> out(count + 1000 * n);
+  cudaMemcpy(out.data(), r, out.size() * 4, cudaMemcpyDeviceToHost);
+  if (out[0] != (float)(n * (n + 1) / 2) || out[count - 1] != out[0]) bad++;
+  for (int q = 0; q < n; q++)
+    if (out[count + 1000 * q + 5] != (float)(q + 1)) bad++;
+  papcclCommDestroy(comm);
+  if (bad) fprintf(stderr, "child rank %d of %d: %d wrong\n", rank, n, bad);
+  return bad ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+  if (const char* spec = getenv("PAPCCL_GPU_CHILD")) return childRank(spec);
+  std::string why;
+  if (!haveGpu(&why)) {
+    printf("SKIP: %s\n", why.c_str());
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
