@@ -26,24 +26,14 @@
 
 #include "kernels/kernels.h"
 #include "papccl.h"
+#include "tests/gpu/gpu_common.h"
 
 extern char** environ;
 
 namespace {
 
-bool haveGpu(std::string* why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    *why = std::string("no usable GPU: cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
-    return false;
-  }
-  if (n == 0) {
-    *why = "no GPU on this machine";
-    return false;
-  }
-  return true;
-}
+using papgpu::haveGpu;
+using papgpu::randomBytes;
 
 #define CU(call) ASSERT_EQ(cudaSuccess, (call)) << #call
 #define PC(call) ASSERT_EQ(papcclSuccess, (call)) << #call << ": " << papcclGetLastError(nullptr)
@@ -127,14 +117,6 @@ void onRanks(int n, const std::function<void(int, papcclComm_t, cudaStream_t)>& 
     t.join();
   for (int r = 0; r < n; r++)
     EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
-}
-
-std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v)
-    b = static_cast<uint8_t>(g());
-  return v;
 }
 
 // One case on every rank: device result vs host result, bit for bit. Returns mismatches.

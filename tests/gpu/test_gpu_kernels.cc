@@ -9,36 +9,17 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "tests/gpu/gpu_common.h"
 
 namespace {
 
-bool haveGpu(std::string* why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    *why = std::string("no usable GPU: cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
-    return false;
-  }
-  if (n == 0) {
-    *why = "no GPU on this machine";
-    return false;
-  }
-  return true;
-}
+using papgpu::haveGpu;
+using papgpu::randomBytes;
 
 const char* typeName(int t) {
   static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64",   "uint64",
                                 "fp16", "fp32",  "fp64",  "bf16",   "fp8e4m3", "fp8e5m2"};
   return names[t];
-}
-
-// Random bytes are valid inputs for every type (NaN included): both paths must agree on all.
-std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v)
-    b = static_cast<uint8_t>(g());
-  return v;
 }
 
 }  // namespace

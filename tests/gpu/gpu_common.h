@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// Helpers shared by the GPU test binaries.
+#ifndef PAPCCL_TESTS_GPU_GPU_COMMON_H_
+#define PAPCCL_TESTS_GPU_GPU_COMMON_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace papgpu {
+
+// Whether a GPU is usable; *why says why not.
+inline bool haveGpu(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    *why = std::string("no usable GPU: cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
+    return false;
+  }
+  if (n == 0) {
+    *why = "no GPU on this machine";
+    return false;
+  }
+  return true;
+}
+
+// Random bytes are valid inputs for every type (NaN included).
+inline std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v)
+    b = static_cast<uint8_t>(g());
+  return v;
+}
+
+}  // namespace papgpu
+
+#endif  // PAPCCL_TESTS_GPU_GPU_COMMON_H_
