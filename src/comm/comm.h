@@ -43,6 +43,7 @@ struct papComm {
   _Atomic int activeCalls; /* API calls inside the comm; destroy waits for 0 */
   _Atomic int asyncError; /* first error of the progress thread or a failed op */
   _Atomic int pendingJobs; /* queued non-blocking jobs; GetAsyncError says InProgress */
+  _Atomic int pendingDevJobs; /* of those, device ops in stream order (not "in progress") */
   char lastError[512];
 
   uint64_t collSeq; /* next collective sequence number (same on every rank) */

@@ -39,7 +39,7 @@ int papDeviceAvailable(void) {
 int papDeviceCurrent(void) {
   return -1;
 }
-int papDeviceOpNeedsStream(const struct papOpDesc* d) {
+int papDeviceOpNeedsStream(struct papOpDesc* d) {
   (void)d;
   return 0;
 }
@@ -74,12 +74,18 @@ void papDeviceCommFree(struct papComm* comm) {
 #define DEV_DONE_WORD DEV_ARRIVE_SLOTS
 /* Staging blocks are at least this big, so that small ops reuse them. */
 #define DEV_STAGE_MIN (1u << 20)
+/* At most this many blocks per comm: a caller running further ahead of its streams waits
+ * for one to come free (backpressure, as NCCL's bounded work queues). */
+#define DEV_STAGE_MAX 32
 
-/* cuStreamWriteValue64 / cuStreamWaitValue64 (CUresult is an int-sized enum). */
+/* Driver entry points (CUresult is an int-sized enum; CUdevice an int). */
 typedef int (*cuStreamValue64Fn)(struct CUstream_st* stream, unsigned long long addr,
                                  unsigned long long value, unsigned int flags);
+typedef int (*cuDeviceGetAttributeFn)(int* value, int attrib, int dev);
+typedef int (*cuDevicePrimaryCtxGetStateFn)(int dev, unsigned int* flags, int* active);
 #define CU_WAIT_GEQ 0x0
 #define CU_WRITE_DEFAULT 0x0
+#define CU_ATTR_CAN_USE_64_BIT_STREAM_MEM_OPS 122
 
 struct papDevStage {
   struct papDevStage* next;
@@ -94,11 +100,14 @@ struct papDevState {
   unsigned long long wordsDev; /* their device address */
   uint64_t nextSeq; /* last arrival number handed out */
   struct papDevStage* stages; /* the pool */
+  int nstages;
 };
 
 static pthread_once_t devOnce = PTHREAD_ONCE_INIT;
-static int devAvailable;
+static int devAvailable, devCount;
 static cuStreamValue64Fn cuWrite64, cuWait64;
+static cuDevicePrimaryCtxGetStateFn cuCtxState;
+static _Atomic int devCtxSeen; /* some device's primary context was active once */
 
 /* CUDA cannot be used in a child forked after the parent initialized it: its ops take the
  * host path (device buffers there are an error the CUDA runtime reports). */
@@ -107,7 +116,22 @@ static void devForkChild(void) {
   cuWrite64 = cuWait64 = NULL;
 }
 
+static void* entryPoint(const char* name) {
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  void* fn = NULL;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return fn;
+}
+
 static void devInitOnce(void) {
+  if (!papParamCuda()) {
+    PAP_INFO(PAP_LOG_INIT, "GPU support is off: PAPCCL_CUDA=0; host buffers only");
+    return;
+  }
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess || n == 0) {
@@ -117,21 +141,26 @@ static void devInitOnce(void) {
     return;
   }
   devAvailable = 1;
+  devCount = n;
   pthread_atfork(NULL, NULL, devForkChild);
+  cuCtxState = (cuDevicePrimaryCtxGetStateFn)entryPoint("cuDevicePrimaryCtxGetState");
   const char* why = "PAPCCL_CUDA_MEMOPS=0";
   if (papParamCudaMemops()) {
-    enum cudaDriverEntryPointQueryResult q1 = cudaDriverEntryPointSymbolNotFound, q2 = q1;
-    void *w = NULL, *v = NULL;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &w, 12000, cudaEnableDefault,
-                                         &q1) == cudaSuccess &&
-        cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &v, 12000, cudaEnableDefault,
-                                         &q2) == cudaSuccess &&
-        q1 == cudaDriverEntryPointSuccess && q2 == cudaDriverEntryPointSuccess) {
-      cuWrite64 = (cuStreamValue64Fn)w;
-      cuWait64 = (cuStreamValue64Fn)v;
-    } else {
-      (void)cudaGetLastError();
-      why = "the driver offers no stream memory operations";
+    cuStreamValue64Fn w = (cuStreamValue64Fn)entryPoint("cuStreamWriteValue64");
+    cuStreamValue64Fn v = (cuStreamValue64Fn)entryPoint("cuStreamWaitValue64");
+    cuDeviceGetAttributeFn attr = (cuDeviceGetAttributeFn)entryPoint("cuDeviceGetAttribute");
+    int ok = w && v && attr;
+    why = "the driver offers no stream memory operations";
+    for (int d = 0; ok && d < n; d++) {
+      int yes = 0;
+      if (attr(&yes, CU_ATTR_CAN_USE_64_BIT_STREAM_MEM_OPS, d) != 0 || !yes) {
+        ok = 0;
+        why = "a device does not support 64-bit stream memory operations";
+      }
+    }
+    if (ok) {
+      cuWrite64 = w;
+      cuWait64 = v;
     }
   }
   PAP_INFO(PAP_LOG_INIT, "GPU support is on: %d device(s); stream arrival and wait by %s", n,
@@ -154,6 +183,23 @@ int papDeviceCurrent(void) {
   return dev;
 }
 
+/* Whether device memory can exist yet: only once some device's primary context is active
+ * (the runtime creates it on first use). Until then no pointer is asked about, so a process
+ * that never touches the GPU never gets a context from papccl. */
+static int devContextExists(void) {
+  if (atomic_load_explicit(&devCtxSeen, memory_order_relaxed)) return 1;
+  if (cuCtxState == NULL) return 1; /* cannot tell: ask about pointers */
+  for (int d = 0; d < devCount; d++) {
+    unsigned int flags = 0;
+    int active = 0;
+    if (cuCtxState(d, &flags, &active) == 0 && active) {
+      atomic_store_explicit(&devCtxSeen, 1, memory_order_relaxed);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* Device or managed memory: must be read and written in stream order. */
 static int onGpu(const void* p) {
   if (p == NULL) return 0;
@@ -165,8 +211,11 @@ static int onGpu(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-int papDeviceOpNeedsStream(const struct papOpDesc* d) {
-  return (d->sendBytes && onGpu(d->sendbuff)) || (d->recvBytes && onGpu(d->recvbuff));
+int papDeviceOpNeedsStream(struct papOpDesc* d) {
+  if (!devContextExists()) return 0;
+  d->sendOnGpu = d->sendBytes && onGpu(d->sendbuff);
+  d->recvOnGpu = d->recvBytes && onGpu(d->recvbuff);
+  return d->sendOnGpu || d->recvOnGpu;
 }
 
 static papcclResult_t cudaFail(const char* what, cudaError_t err) {
@@ -207,16 +256,45 @@ static papcclResult_t devStateGet(struct papComm* comm, struct papDevState** out
   return papcclSuccess;
 }
 
-/* A free staging block of at least `bytes` (its last use finished on its stream). */
-static papcclResult_t stageAcquire(struct papDevState* st, size_t bytes, struct papDevStage** out) {
-  for (struct papDevStage* s = st->stages; s; s = s->next) {
-    if (s->bytes < bytes || atomic_load_explicit(&s->busy, memory_order_acquire)) continue;
-    cudaError_t q = cudaEventQuery(s->done);
-    if (q == cudaErrorNotReady) continue;
-    if (q != cudaSuccess) return cudaFail("cudaEventQuery on a staging block", q);
-    atomic_store_explicit(&s->busy, 1, memory_order_relaxed);
-    *out = s;
-    return papcclSuccess;
+/* A free staging block of at least `bytes` (its last use finished on its stream). With the
+ * pool full, waits for one to come free (the streams move on without us). */
+static papcclResult_t stageAcquire(struct papComm* comm, struct papDevState* st, size_t bytes,
+                                   struct papDevStage** out) {
+  long sleepNs = 20000;
+  for (;;) {
+    struct papDevStage* idleSmall = NULL;
+    for (struct papDevStage* s = st->stages; s; s = s->next) {
+      if (atomic_load_explicit(&s->busy, memory_order_acquire)) continue;
+      cudaError_t q = cudaEventQuery(s->done);
+      if (q == cudaErrorNotReady) continue;
+      if (q != cudaSuccess) return cudaFail("cudaEventQuery on a staging block", q);
+      if (s->bytes < bytes) {
+        idleSmall = s;
+        continue;
+      }
+      atomic_store_explicit(&s->busy, 1, memory_order_relaxed);
+      *out = s;
+      return papcclSuccess;
+    }
+    if (st->nstages >= DEV_STAGE_MAX && idleSmall != NULL) {
+      /* Full, but an idle block is too small: replace it by a bigger one. */
+      struct papDevStage** pp = &st->stages;
+      while (*pp != idleSmall)
+        pp = &(*pp)->next;
+      *pp = idleSmall->next;
+      cudaEventDestroy(idleSmall->done);
+      cudaFreeHost(idleSmall->ptr);
+      free(idleSmall);
+      st->nstages--;
+    }
+    if (st->nstages < DEV_STAGE_MAX) break;
+    if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
+      PAP_WARN("communicator aborted while waiting for a free staging block");
+      return papcclRemoteError;
+    }
+    struct timespec ts = {0, sleepNs};
+    nanosleep(&ts, NULL);
+    if (sleepNs < 1000000) sleepNs *= 2;
   }
   struct papDevStage* s = NULL;
   PAP_CHECK(papCalloc(&s, 1));
@@ -233,62 +311,44 @@ static papcclResult_t stageAcquire(struct papDevState* st, size_t bytes, struct 
   atomic_store_explicit(&s->busy, 1, memory_order_relaxed);
   s->next = st->stages;
   st->stages = s;
+  st->nstages++;
   *out = s;
   return papcclSuccess;
 }
 
-static papcclResult_t streamWrite(struct papDevState* st, struct CUstream_st* stream, int word,
-                                  uint64_t value) {
+static papcclResult_t streamValue(struct papDevState* st, struct CUstream_st* stream, int word,
+                                  uint64_t value, int wait) {
   unsigned long long addr = st->wordsDev + (unsigned long long)word * sizeof(uint64_t);
-  if (cuWrite64) {
-    int r = cuWrite64(stream, addr, value, CU_WRITE_DEFAULT);
-    if (r != 0) {
-      PAP_WARN("cuStreamWriteValue64 failed: CUresult %d", r);
-      return papcclUnhandledCudaError;
-    }
-    return papcclSuccess;
+  cuStreamValue64Fn fn = wait ? cuWait64 : cuWrite64;
+  if (fn == NULL) {
+    return wait ? papKernStreamWait64((const uint64_t*)(uintptr_t)addr, value, stream)
+                : papKernStreamWrite64((uint64_t*)(uintptr_t)addr, value, stream);
   }
-  return papKernStreamWrite64((uint64_t*)(uintptr_t)addr, value, stream);
+  int r = fn(stream, addr, value, wait ? CU_WAIT_GEQ : CU_WRITE_DEFAULT);
+  if (r != 0) {
+    PAP_WARN("%s failed: CUresult %d", wait ? "cuStreamWaitValue64" : "cuStreamWriteValue64", r);
+    return papcclUnhandledCudaError;
+  }
+  return papcclSuccess;
 }
 
-static papcclResult_t streamWait(struct papDevState* st, struct CUstream_st* stream, int word,
-                                 uint64_t value) {
-  unsigned long long addr = st->wordsDev + (unsigned long long)word * sizeof(uint64_t);
-  if (cuWait64) {
-    int r = cuWait64(stream, addr, value, CU_WAIT_GEQ);
-    if (r != 0) {
-      PAP_WARN("cuStreamWaitValue64 failed: CUresult %d", r);
-      return papcclUnhandledCudaError;
-    }
-    return papcclSuccess;
-  }
-  return papKernStreamWait64((const uint64_t*)(uintptr_t)addr, value, stream);
-}
-
-/* Lays the op's buffers onto one staging block: overlapping user ranges (in place,
- * including the offset layouts of AllGather and ReduceScatter) keep their overlap. */
-static void stageLayout(struct papOpDesc* op, void* base, size_t* spanOut) {
+/* Staging bytes the op needs: its device/managed buffers only (host buffers are used as
+ * they are). Overlapping buffers (in place, and the offset layouts of AllGather and
+ * ReduceScatter) share one range so that they keep their overlap. */
+static size_t stageSpan(const struct papOpDesc* op, size_t* sendOff, size_t* recvOff) {
   uintptr_t s = (uintptr_t)op->userSend, r = (uintptr_t)op->userRecv;
-  size_t sb = op->sendBytes, rb = op->recvBytes;
-  int overlap = sb && rb && s < r + rb && r < s + sb;
-  if (overlap) {
+  size_t sb = op->sendOnGpu ? op->sendBytes : 0, rb = op->recvOnGpu ? op->recvBytes : 0;
+  if (sb && rb && s < r + rb && r < s + sb) {
     uintptr_t lo = s < r ? s : r;
     uintptr_t hi = s + sb > r + rb ? s + sb : r + rb;
-    op->sendbuff = (char*)base + (s - lo);
-    op->recvbuff = (char*)base + (r - lo);
-    *spanOut = hi - lo;
-  } else {
-    op->sendbuff = sb ? base : NULL;
-    op->recvbuff = rb ? (char*)base + ((sb + 255) & ~(size_t)255) : NULL;
-    *spanOut = ((sb + 255) & ~(size_t)255) + rb;
+    *sendOff = s - lo;
+    *recvOff = r - lo;
+    return hi - lo;
   }
-}
-
-static size_t stageSpan(const struct papOpDesc* op) {
-  struct papOpDesc tmp = *op;
-  size_t span = 0;
-  stageLayout(&tmp, NULL, &span);
-  return span;
+  size_t sendSpan = (sb + 255) & ~(size_t)255;
+  *sendOff = 0;
+  *recvOff = sendSpan;
+  return sendSpan + rb;
 }
 
 papcclResult_t papDeviceCheckStream(struct CUstream_st* stream) {
@@ -303,84 +363,119 @@ papcclResult_t papDeviceCheckStream(struct CUstream_st* stream) {
   return papcclSuccess;
 }
 
-papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int nops) {
-  struct CUstream_st* stream = ops[0].stream;
-  for (int i = 1; i < nops; i++) {
-    if (ops[i].stream != stream) {
-      PAP_WARN(
-          "a group gives rank %d's device operations two streams (%p, %p): papccl needs "
-          "one stream per communicator within a group",
-          comm->rank, (void*)stream, (void*)ops[i].stream);
-      return papcclInvalidUsage;
-    }
+/* Makes `main` wait for what is already on each other stream of the ops (before the copies
+ * in), or each other stream wait for `main` (after the copies back). */
+static papcclResult_t joinStreams(const struct papOpDesc* ops, int nops, cudaStream_t main,
+                                  int intoMain) {
+  for (int i = 0; i < nops; i++) {
+    cudaStream_t s = (cudaStream_t)ops[i].stream;
+    if (!ops[i].onDevice || s == main) continue;
+    int seen = 0;
+    for (int j = 0; j < i; j++)
+      seen |= ops[j].onDevice && (cudaStream_t)ops[j].stream == s;
+    if (seen) continue;
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaError_t e = cudaEventRecord(ev, intoMain ? s : main);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(intoMain ? main : s, ev, 0);
+    cudaEventDestroy(ev); /* released once the wait is done */
+    if (e != cudaSuccess) return cudaFail("joining the streams of a group", e);
   }
-  PAP_CHECK(papDeviceCheckStream(stream));
-  int prevDev = -1;
-  if (comm->cudaDev >= 0 && cudaGetDevice(&prevDev) == cudaSuccess && prevDev != comm->cudaDev)
-    CUDA_CHECK(cudaSetDevice(comm->cudaDev));
-  else
-    prevDev = -1;
+  return papcclSuccess;
+}
 
-  papcclResult_t res = papcclSuccess;
-  struct papJob* job = NULL;
-  pthread_mutex_lock(&comm->devLock);
-  struct papDevState* st = NULL;
-  PAP_CHECK_GOTO(devStateGet(comm, &st), res, out);
-  PAP_CHECK_GOTO(papCalloc(&job, 1), res, out);
-  PAP_CHECK_GOTO(papCalloc(&job->ops, (size_t)nops), res, out);
-  PAP_CHECK_GOTO(papCalloc(&job->stages, (size_t)nops), res, out);
-  job->kind = PAP_JOB_DEVICE;
+/* Enqueues everything on the stream; job->ops already copied from ops. Called with
+ * comm->devLock held. On failure the caller frees the job. */
+static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st, struct papJob* job,
+                                   cudaStream_t stream, int* queuedOut) {
+  const int nops = job->nops;
+  PAP_CHECK(joinStreams(job->ops, nops, stream, 1));
   for (int i = 0; i < nops; i++) {
     struct papOpDesc* op = &job->ops[i];
-    *op = ops[i];
     op->userSend = op->sendbuff;
     op->userRecv = op->recvbuff;
-    size_t span = stageSpan(op);
+    size_t sendOff = 0, recvOff = 0;
+    size_t span = stageSpan(op, &sendOff, &recvOff);
+    if (span == 0) continue; /* nothing on the GPU: the job uses the host buffers */
     struct papDevStage* stage = NULL;
-    PAP_CHECK_GOTO(stageAcquire(st, span ? span : 1, &stage), res, out);
+    PAP_CHECK(stageAcquire(comm, st, span, &stage));
     job->stages[job->nstages++] = stage;
-    stageLayout(op, stage->ptr, &span);
-    if (op->sendBytes) {
+    if (op->sendOnGpu) op->sendbuff = (char*)stage->ptr + sendOff;
+    if (op->recvOnGpu) op->recvbuff = (char*)stage->ptr + recvOff;
+    if (op->sendOnGpu) {
       cudaError_t e = cudaMemcpyAsync((void*)op->sendbuff, op->userSend, op->sendBytes,
-                                      cudaMemcpyDefault, (cudaStream_t)stream);
-      if (e != cudaSuccess) {
-        res = cudaFail("cudaMemcpyAsync of the input into staging", e);
-        goto out;
-      }
+                                      cudaMemcpyDefault, stream);
+      if (e != cudaSuccess) return cudaFail("cudaMemcpyAsync of the input into staging", e);
     }
   }
   job->devSeq = ++st->nextSeq;
-  job->nops = nops;
-  PAP_CHECK_GOTO(streamWrite(st, stream, (int)(job->devSeq % DEV_ARRIVE_SLOTS), job->devSeq), res,
-                 out);
-  res = streamWait(st, stream, DEV_DONE_WORD, job->devSeq);
-  if (res != papcclSuccess) {
-    /* The arrival is on the stream but nothing holds it: run the op anyway, so that the
-     * other ranks are not left waiting; the result is not copied back. */
-    papCommSetError(comm, res);
-  } else {
-    for (int i = 0; i < nops; i++) {
-      struct papOpDesc* op = &job->ops[i];
-      cudaError_t e = cudaSuccess;
-      if (op->recvBytes)
-        e = cudaMemcpyAsync(op->userRecv, op->recvbuff, op->recvBytes, cudaMemcpyDefault,
-                            (cudaStream_t)stream);
-      if (e == cudaSuccess) e = cudaEventRecord(job->stages[i]->done, (cudaStream_t)stream);
-      if (e != cudaSuccess && res == papcclSuccess) {
-        res = cudaFail("enqueueing the copy of the result", e);
-        papCommSetError(comm, res);
-      }
+  PAP_CHECK(streamValue(st, stream, (int)(job->devSeq % DEV_ARRIVE_SLOTS), job->devSeq, 0));
+  /* The arrival is on the stream: from here the job must reach the progress thread, or the
+   * arrival is never answered. */
+  *queuedOut = 1;
+  papcclResult_t res = streamValue(st, stream, DEV_DONE_WORD, job->devSeq, 1);
+  for (int i = 0; i < nops && res == papcclSuccess; i++) {
+    struct papOpDesc* op = &job->ops[i];
+    if (op->recvOnGpu) {
+      cudaError_t e =
+          cudaMemcpyAsync(op->userRecv, op->recvbuff, op->recvBytes, cudaMemcpyDefault, stream);
+      if (e != cudaSuccess) res = cudaFail("enqueueing the copy of the result", e);
     }
   }
-  pthread_mutex_unlock(&comm->devLock);
-  papProgressSubmit(comm, job); /* from here the progress thread owns the job */
-  if (prevDev >= 0) cudaSetDevice(prevDev);
+  for (int i = 0; i < job->nstages && res == papcclSuccess; i++) {
+    cudaError_t e = cudaEventRecord(job->stages[i]->done, stream);
+    if (e != cudaSuccess) res = cudaFail("cudaEventRecord after the copies back", e);
+  }
+  if (res == papcclSuccess) res = joinStreams(job->ops, nops, stream, 0);
   return res;
+}
 
-out:
-  /* The op took its sequence number: the other ranks will run it, this one cannot. */
-  papCommSetError(comm, res);
-  if (job) {
+papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int nops) {
+  /* The first device op's stream carries the job; ops on other streams are joined to it. */
+  cudaStream_t stream = NULL;
+  for (int i = 0; i < nops; i++) {
+    if (ops[i].onDevice) {
+      stream = (cudaStream_t)ops[i].stream;
+      break;
+    }
+  }
+  int err = atomic_load_explicit(&comm->asyncError, memory_order_acquire);
+  if (err != papcclSuccess && err != papcclInProgress) {
+    PAP_WARN("communicator (rank %d) has a pending error %d (%s); abort or destroy it", comm->rank,
+             err, papcclGetErrorString((papcclResult_t)err));
+    return (papcclResult_t)err;
+  }
+  papcclResult_t res = papDeviceCheckStream((struct CUstream_st*)stream);
+  int prevDev = -1;
+  if (res == papcclSuccess && comm->cudaDev >= 0 && cudaGetDevice(&prevDev) == cudaSuccess &&
+      prevDev != comm->cudaDev) {
+    cudaError_t e = cudaSetDevice(comm->cudaDev);
+    if (e != cudaSuccess) res = cudaFail("cudaSetDevice to the communicator's device", e);
+  } else {
+    prevDev = -1;
+  }
+  struct papJob* job = NULL;
+  int queued = 0;
+  pthread_mutex_lock(&comm->devLock);
+  struct papDevState* st = NULL;
+  if (res == papcclSuccess) res = devStateGet(comm, &st);
+  if (res == papcclSuccess) res = papCalloc(&job, 1);
+  if (res == papcclSuccess) res = papCalloc(&job->ops, (size_t)nops);
+  if (res == papcclSuccess) res = papCalloc(&job->stages, (size_t)nops);
+  if (res == papcclSuccess) {
+    job->kind = PAP_JOB_DEVICE;
+    job->nops = nops;
+    memcpy(job->ops, ops, sizeof(*ops) * (size_t)nops);
+    res = submitLocked(comm, st, job, stream, &queued);
+  }
+  /* Every op took its sequence number at the call: a failure here leaves this rank unable
+   * to run it while the others will, so the comm is marked failed (abort or destroy it). */
+  if (res != papcclSuccess) papCommSetError(comm, res);
+  if (queued) {
+    /* Queued under the lock, so jobs reach the progress thread in arrival-number order. */
+    atomic_fetch_add_explicit(&comm->pendingDevJobs, 1, memory_order_acq_rel);
+    papProgressSubmit(comm, job);
+  } else if (job != NULL) {
     for (int i = 0; i < job->nstages; i++)
       atomic_store_explicit(&job->stages[i]->busy, 0, memory_order_release);
     free(job->stages);
@@ -405,16 +500,24 @@ papcclResult_t papDeviceRunJob(struct papComm* comm, struct papJob* job) {
   struct papDevState* st = comm->dev;
   _Atomic uint64_t* word = (_Atomic uint64_t*)&st->words[job->devSeq % DEV_ARRIVE_SLOTS];
   /* The stream may be late by any amount (that is the arrival pattern): poll briefly, then
-   * sleep in growing steps up to 200 us, never burning a core. */
+   * sleep in growing steps up to 200 us, never burning a core. A stream that has not come
+   * within PAPCCL_TIMEOUT_S is given up on, as any other wait. */
   long sleepNs = 2000;
   int spins = 0;
   papcclResult_t res = papcclSuccess;
+  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
   while (atomic_load_explicit(word, memory_order_acquire) != job->devSeq) {
     if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
       res = papcclRemoteError;
       break;
     }
     if (++spins < 200) continue;
+    if (papNowNs() > deadline) {
+      PAP_WARN("rank %d: the stream did not reach collective %llu within PAPCCL_TIMEOUT_S=%lld s",
+               comm->rank, (unsigned long long)job->devSeq, (long long)papParamTimeoutS());
+      res = papcclSystemError;
+      break;
+    }
     struct timespec ts = {0, sleepNs};
     nanosleep(&ts, NULL);
     if (sleepNs < 200000) sleepNs *= 2;
@@ -440,19 +543,29 @@ void papDeviceDropJob(struct papComm* comm, struct papJob* job) {
 void papDeviceCommFree(struct papComm* comm) {
   struct papDevState* st = comm->dev;
   if (st == NULL) return;
-  /* Release any stream still waiting (an aborted comm), then let the streams pass the
-   * staging before it is freed: cudaFreeHost waits for the device. */
+  /* Release any stream still waiting (an aborted comm). Pinned memory a stream may still
+   * use (its copies back not done: the stream is held by something else) is left allocated
+   * rather than waited for: abort and destroy must not hang. */
   atomic_store_explicit((_Atomic uint64_t*)&st->words[DEV_DONE_WORD], st->nextSeq,
                         memory_order_release);
+  int inUse = 0;
   while (st->stages) {
     struct papDevStage* s = st->stages;
     st->stages = s->next;
-    cudaEventSynchronize(s->done);
-    cudaEventDestroy(s->done);
-    cudaFreeHost(s->ptr);
+    if (cudaEventQuery(s->done) == cudaSuccess) {
+      cudaEventDestroy(s->done);
+      cudaFreeHost(s->ptr);
+    } else {
+      inUse++;
+    }
     free(s);
   }
-  cudaFreeHost(st->words);
+  if (inUse == 0) {
+    cudaFreeHost(st->words);
+  } else {
+    PAP_INFO(PAP_LOG_ALLOC, "rank %d: %d staging block(s) still in use by a stream: left allocated",
+             comm->rank, inUse);
+  }
   (void)cudaGetLastError();
   free(st);
   comm->dev = NULL;

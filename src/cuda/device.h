@@ -14,8 +14,9 @@ int papDeviceAvailable(void);
 int papDeviceCurrent(void);
 
 /* Whether d (buffers and byte counts filled in) touches device or managed memory, and so
- * must run in the order of its stream. Call only when papDeviceAvailable(). */
-int papDeviceOpNeedsStream(const struct papOpDesc* d);
+ * must run in the order of its stream; sets d->sendOnGpu/recvOnGpu. Call only when
+ * papDeviceAvailable(). */
+int papDeviceOpNeedsStream(struct papOpDesc* d);
 
 /* The stream can take a device op now (it is not being captured into a graph); says why
  * not. Call before the op takes its sequence number. */

@@ -102,10 +102,9 @@ static papcclResult_t runInits(struct groupInit* inits, int n) {
   return res;
 }
 
-/* Non-blocking comms get one job each (their ops in call order) on their progress thread;
- * the blocking ones run here, together, in call order. */
-/* A comm with a device op in the group runs all its ops of the group in stream order (one
- * job; its host buffers are staged too, on the device ops' stream). */
+/* A comm with a device op in the group runs all its ops of the group as one job in stream
+ * order, on the first device op's stream (other streams of the group are joined to it);
+ * its host buffers are used as they are. The comm's ops leave `ops`. */
 static papcclResult_t submitDeviceOps(struct papOpDesc* ops, int* nopsInOut) {
   papcclResult_t res = papcclSuccess;
   int nops = *nopsInOut;
@@ -116,13 +115,10 @@ static papcclResult_t submitDeviceOps(struct papOpDesc* ops, int* nopsInOut) {
     PAP_CHECK(papCalloc(&mine, (size_t)nops));
     int n = 0, keep = 0;
     for (int j = 0; j < nops; j++) {
-      if (ops[j].comm == comm) {
-        mine[n] = ops[j];
-        mine[n].stream = ops[i].stream;
-        n++;
-      } else {
+      if (ops[j].comm == comm)
+        mine[n++] = ops[j];
+      else
         ops[keep++] = ops[j];
-      }
     }
     papcclResult_t r = papDeviceSubmit(comm, mine, n);
     free(mine);
@@ -134,12 +130,16 @@ static papcclResult_t submitDeviceOps(struct papOpDesc* ops, int* nopsInOut) {
   return res;
 }
 
+/* Non-blocking comms get one job each (their ops in call order) on their progress thread;
+ * the blocking ones run here, together, in call order. */
 static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
   papcclResult_t res = papcclSuccess;
   int nblocking = 0;
   int inProgress = 0;
-  res = submitDeviceOps(ops, &nops);
-  if (res != papcclSuccess || nops == 0) return res;
+  /* A failed device submission still lets the other comms run their ops: they took their
+   * sequence numbers, and their peers expect them. */
+  papcclResult_t devRes = submitDeviceOps(ops, &nops);
+  if (nops == 0) return devRes;
   for (int i = 0; i < nops; i++) {
     struct papComm* comm = ops[i].comm;
     if (comm->blocking) continue;
@@ -168,7 +168,7 @@ static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
     if (ops[i].comm->dev) papCommWaitPendingJobs(ops[i].comm);
   if (nblocking) res = papRunOps(ops, nblocking);
   if (res == papcclSuccess && inProgress) res = papcclInProgress;
-  return res;
+  return devRes != papcclSuccess ? devRes : res;
 }
 
 PAPCCL_API papcclResult_t papcclGroupEnd(void) {

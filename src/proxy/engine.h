@@ -59,6 +59,8 @@ struct papOpDesc {
   void* userRecv;
   size_t sendBytes; /* bytes of sendbuff/recvbuff this rank reads/writes (0: not used) */
   size_t recvBytes;
+  int sendOnGpu; /* that buffer is device or managed memory (staged); else used directly */
+  int recvOnGpu;
 };
 
 enum papStepKind {

@@ -45,9 +45,11 @@ static void* progressMain(void* arg) {
     int stop = comm->threadStop;
     pthread_mutex_unlock(&comm->jobLock);
     if (job) {
+      int device = job->kind == PAP_JOB_DEVICE;
       runJob(comm, job);
       /* Release partner: the acquire loads of pendingJobs in GetAsyncError/Destroy. */
       atomic_fetch_sub_explicit(&comm->pendingJobs, 1, memory_order_release);
+      if (device) atomic_fetch_sub_explicit(&comm->pendingDevJobs, 1, memory_order_release);
       continue;
     }
     if (stop) break;
@@ -94,10 +96,12 @@ void papProgressStop(struct papComm* comm) {
   while (comm->jobHead) {
     struct papJob* j = comm->jobHead;
     comm->jobHead = j->next;
-    if (j->kind == PAP_JOB_DEVICE) papDeviceDropJob(comm, j); /* release its stream */
+    int device = j->kind == PAP_JOB_DEVICE;
+    if (device) papDeviceDropJob(comm, j); /* release its stream */
     free(j->ops);
     free(j);
     atomic_fetch_sub_explicit(&comm->pendingJobs, 1, memory_order_release);
+    if (device) atomic_fetch_sub_explicit(&comm->pendingDevJobs, 1, memory_order_release);
   }
   comm->jobTail = NULL;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -130,17 +131,25 @@ void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int ra
   // Host reference.
   std::vector<uint8_t> hs(in), hr(re * esz, 0);
   ASSERT_EQ(papcclSuccess, runColl(c, hs.data(), hr.data(), count, t, op, comm, nullptr, rank, n));
-  // Device.
-  void *ds = nullptr, *dr = nullptr;
-  CU(cudaMalloc(&ds, se * esz + 16));
-  CU(cudaMalloc(&dr, re * esz + 16));
+  // Device. In place: one buffer laid out as NCCL defines it for each collective.
+  void *ds = nullptr, *dr = nullptr, *one = nullptr;
+  if (inPlace) {
+    size_t big = (se > re ? se : re) * esz;
+    CU(cudaMalloc(&one, big + 16));
+    CU(cudaMemset(one, 0, big));
+    ds = dr = one;
+    if (c == kAllGather) ds = (char*)one + (size_t)rank * count * esz;
+    if (c == kReduceScatter) dr = (char*)one + (size_t)rank * count * esz;
+  } else {
+    CU(cudaMalloc(&ds, se * esz + 16));
+    CU(cudaMalloc(&dr, re * esz + 16));
+    CU(cudaMemset(dr, 0, re * esz));
+  }
   CU(cudaMemcpy(ds, in.data(), se * esz, cudaMemcpyHostToDevice));
-  CU(cudaMemset(dr, 0, re * esz));
-  void* rbuf = inPlace && c == kAllReduce ? ds : dr;
-  ASSERT_EQ(papcclSuccess, runColl(c, ds, rbuf, count, t, op, comm, st, rank, n))
+  ASSERT_EQ(papcclSuccess, runColl(c, ds, dr, count, t, op, comm, st, rank, n))
       << papcclGetLastError(comm);
   CU(cudaStreamSynchronize(st));
-  CU(cudaMemcpy(devOut.data(), rbuf, re * esz, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(devOut.data(), dr, re * esz, cudaMemcpyDeviceToHost));
   bool recvUsed = !((c == kReduce || c == kGather) && rank != n - 1);
   if (recvUsed && memcmp(devOut.data(), hr.data(), re * esz) != 0) {
     (*bad)++;
@@ -148,8 +157,12 @@ void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int ra
                   << rank << "/" << n << (inPlace ? " in place" : "")
                   << ": device result differs from the host result";
   }
-  cudaFree(ds);
-  cudaFree(dr);
+  if (inPlace) {
+    cudaFree(one);
+  } else {
+    cudaFree(ds);
+    cudaFree(dr);
+  }
 }
 
 }  // namespace
@@ -166,8 +179,11 @@ TEST(GpuColls, EveryCollectiveTypeOp) {
             size_t count = (c == kAllReduce && t == papcclFloat32) ? 1000003 : 1000 + 13;
             checkCase(c, (papcclDataType_t)t, (papcclRedOp_t)op, count, rank, n, comm, st, false,
                       &bad);
-            if (c == kAllReduce && op == 0)
-              checkCase(c, (papcclDataType_t)t, papcclSum, 777, rank, n, comm, st, true, &bad);
+            bool inPlaceToo =
+                c == kAllReduce || c == kAllGather || c == kReduceScatter || c == kBroadcast;
+            if (inPlaceToo && op == 0)
+              checkCase(c, (papcclDataType_t)t, (papcclRedOp_t)op, 777, rank, n, comm, st, true,
+                        &bad);
           }
         }
       }
@@ -278,6 +294,65 @@ TEST(GpuColls, GraphCaptureIsAClearError) {
     CU(cudaStreamSynchronize(st));
     cudaFree(b);
   });
+}
+
+// One group per rank: a device allreduce on the rank's stream, a host-buffer allreduce, and
+// a device allreduce on a second stream (joined to the first).
+TEST(GpuColls, GroupMixesHostDeviceAndStreams) {
+  const int n = 2;
+  const size_t count = 100000;
+  onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+    cudaStream_t st2;
+    CU(cudaStreamCreateWithFlags(&st2, cudaStreamNonBlocking));
+    float *a, *b;
+    CU(cudaMalloc(&a, count * 4));
+    CU(cudaMalloc(&b, count * 4));
+    std::vector<float> h(count, (float)(rank + 1));
+    PC(papKernFillF32(a, count, (float)(rank + 1), 0.0f, st));
+    PC(papKernSpinNs(10000000ull, st2));  // b is written late on the second stream
+    PC(papKernFillF32(b, count, (float)(10 * rank + 10), 0.0f, st2));
+    PC(papcclGroupStart());
+    PC(papcclAllReduce(a, a, count, papcclFloat32, papcclSum, comm, st));
+    PC(papcclAllReduce(h.data(), h.data(), count, papcclFloat32, papcclSum, comm, st));
+    PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st2));
+    PC(papcclGroupEnd());
+    CU(cudaStreamSynchronize(st2));
+    CU(cudaStreamSynchronize(st));
+    float va = 0, vb = 0;
+    CU(cudaMemcpy(&va, a + count - 1, 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(&vb, b + count - 1, 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(3.0f, va) << "rank " << rank;
+    EXPECT_EQ(3.0f, h[count - 1]) << "rank " << rank;
+    EXPECT_EQ(30.0f, vb) << "rank " << rank;
+    cudaFree(a);
+    cudaFree(b);
+    cudaStreamDestroy(st2);
+  });
+}
+
+// A device collective whose peer never comes: aborting the comm releases the stream.
+TEST(GpuColls, AbortReleasesTheStream) {
+  papcclComm_t comms[2];
+  int devs[2] = {0, 0};
+  PC(papcclCommInitAll(comms, 2, devs));
+  cudaStream_t st;
+  CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  float* b;
+  CU(cudaMalloc(&b, 1 << 20));
+  PC(papcclAllReduce(b, b, 1 << 18, papcclFloat32, papcclSum, comms[0], st));
+  EXPECT_EQ(cudaErrorNotReady, cudaStreamQuery(st)) << "the stream did not wait for the peer";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(papcclSuccess, papcclCommAbort(comms[0]));
+  // Bounded: the stream must be released by the abort, not by some timeout.
+  bool released = false;
+  for (int i = 0; i < 500 && !released; i++) {
+    released = cudaStreamQuery(st) == cudaSuccess;
+    if (!released) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(released) << "the stream was still held 5 s after the abort";
+  EXPECT_EQ(papcclSuccess, papcclCommAbort(comms[1]));
+  cudaFree(b);
+  cudaStreamDestroy(st);
 }
 
 // Figures for the record (not assertions): allreduce of 64 MiB fp32 device buffers with 2
@@ -396,6 +471,11 @@ static int childRank(const char* spec) {
 }
 
 int main(int argc, char** argv) {
+  // The oracle compares device results with host results of separate calls: with the
+  // deterministic allreduce the reduction order does not depend on who arrived first. A
+  // rank thread that fails early must not leave the others waiting for 10 minutes.
+  setenv("PAPCCL_DETERMINISTIC", "1", 0);
+  setenv("PAPCCL_TIMEOUT_S", "120", 0);
   if (const char* spec = getenv("PAPCCL_GPU_CHILD")) return childRank(spec);
   std::string why;
   if (!haveGpu(&why)) {
