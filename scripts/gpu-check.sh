@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # GPU check for a machine with an NVIDIA GPU but without Debian's test packages: builds the
-# library for the given SM (default 90) with meson, builds the GPU test against GoogleTest
-# sources (GTEST_SRC, the googletest/ folder of a GoogleTest source tree), runs it, then runs
-# the host perf binaries there too. Results go to OUTDIR (default ./gpu-check-out).
+# library for the given SM (default 90) with meson, builds the GPU tests against GoogleTest
+# sources (GTEST_SRC, the googletest/ folder of a GoogleTest source tree) and runs them
+# (kernels; collectives on device buffers in stream order, with stream memory operations
+# and with the kernel fallback), runs the drop-in libnccl.so.2 under an NCCL program and
+# under PyTorch (when installed), then the host perf binaries. Results go to OUTDIR
+# (default ./gpu-check-out), the short table to OUTDIR/summary.txt. QUICK=1 skips the
+# kernel-fallback pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ARCH="${ARCH:-90}"
 GTEST_SRC="${GTEST_SRC:-/usr/src/googletest/googletest}"
 OUTDIR="${OUTDIR:-$PWD/gpu-check-out}"
 B="${BUILD:-/tmp/papccl-gpu-build}"
+case "$B" in /*) ;; *) B="$PWD/$B" ;; esac
 mkdir -p "$OUTDIR"
 log() { echo "== $*" | tee -a "$OUTDIR/summary.txt"; }
 
@@ -51,6 +56,16 @@ log "drop-in libnccl.so.2 under a program built on papccl's nccl.h (host buffers
 cc -O2 -Iinclude tests/nccl/nccl_program.c -L"$B/src/nccl" -lnccl -ldl -o "$G/nccl_program" &&
   LD_LIBRARY_PATH="$B/src/nccl" timeout 120 "$G/nccl_program" 4 2>/dev/null | tail -3 |
   tee -a "$OUTDIR/summary.txt" || log "drop-in program FAILED"
+
+if python3 -c "import torch, torch.distributed" 2>/dev/null; then
+  log "PyTorch torch.distributed 'nccl' on papccl's libnccl.so.2 (2 processes, one GPU)"
+  LD_PRELOAD="$B/src/nccl/libnccl.so.2" LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}" \
+    timeout 300 python3 scripts/gpu-torch-check.py >"$OUTDIR/torch.txt" 2>&1 &&
+    log "PyTorch check passed" || log "PyTorch check FAILED"
+  grep -E "^rank|PASS|FAILED|Error" "$OUTDIR/torch.txt" | head -20 | tee -a "$OUTDIR/summary.txt" || true
+else
+  log "PyTorch not found: its check is skipped"
+fi
 
 log "host perf on this machine (memory floor, then papccl allreduce 2/4/8 ranks)"
 "$B/perf/memfloor" 2>&1 | tee -a "$OUTDIR/summary.txt"
