@@ -499,9 +499,7 @@ PAPCCL_API papcclResult_t papcclCommGetAsyncError(papcclComm_t comm, papcclResul
     int e = atomic_load_explicit(&comm->asyncError, memory_order_acquire);
     /* Device ops queued in stream order are enqueued, not "in progress" (as NCCL's). */
     if (e == papcclSuccess && !comm->blocking &&
-        atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) -
-                atomic_load_explicit(&comm->pendingDevJobs, memory_order_acquire) >
-            0)
+        atomic_load_explicit(&comm->pendingHostJobs, memory_order_acquire) > 0)
       e = papcclInProgress;
     *asyncError = (papcclResult_t)e;
   }

@@ -43,7 +43,7 @@ struct papComm {
   _Atomic int activeCalls; /* API calls inside the comm; destroy waits for 0 */
   _Atomic int asyncError; /* first error of the progress thread or a failed op */
   _Atomic int pendingJobs; /* queued non-blocking jobs; GetAsyncError says InProgress */
-  _Atomic int pendingDevJobs; /* of those, device ops in stream order (not "in progress") */
+  _Atomic int pendingHostJobs; /* of those, all but device ops in stream order: InProgress */
   char lastError[512];
 
   uint64_t collSeq; /* next collective sequence number (same on every rank) */
@@ -99,10 +99,9 @@ struct papJob {
   papcclUniqueId id;
   int nops;
   struct papOpDesc* ops;
-  /* PAP_JOB_DEVICE: the stream's arrival number and the staging the ops run on. */
+  /* PAP_JOB_DEVICE: the stream's arrival number and the staging block the ops run on. */
   uint64_t devSeq;
-  int nstages;
-  struct papDevStage** stages;
+  struct papDevStage* stage;
 };
 enum {
   PAP_JOB_INIT = 1,

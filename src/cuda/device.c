@@ -43,8 +43,8 @@ int papDeviceOpNeedsStream(struct papOpDesc* d) {
   (void)d;
   return 0;
 }
-papcclResult_t papDeviceCheckStream(struct CUstream_st* stream) {
-  (void)stream;
+papcclResult_t papDeviceCheckStream(struct papComm* comm, struct CUstream_st* stream) {
+  (void)comm, (void)stream;
   return papcclSuccess;
 }
 papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int nops) {
@@ -74,15 +74,16 @@ void papDeviceCommFree(struct papComm* comm) {
 #define DEV_DONE_WORD DEV_ARRIVE_SLOTS
 /* Staging blocks are at least this big, so that small ops reuse them. */
 #define DEV_STAGE_MIN (1u << 20)
-/* At most this many blocks per comm: a caller running further ahead of its streams waits
- * for one to come free (backpressure, as NCCL's bounded work queues). */
-#define DEV_STAGE_MAX 32
+/* Pinned staging per comm beyond which a caller running ahead of its streams waits for a
+ * block to come free (backpressure). */
+#define DEV_STAGE_BUDGET (1ull << 30)
 
 /* Driver entry points (CUresult is an int-sized enum; CUdevice an int). */
 typedef int (*cuStreamValue64Fn)(struct CUstream_st* stream, unsigned long long addr,
                                  unsigned long long value, unsigned int flags);
 typedef int (*cuDeviceGetAttributeFn)(int* value, int attrib, int dev);
 typedef int (*cuDevicePrimaryCtxGetStateFn)(int dev, unsigned int* flags, int* active);
+typedef int (*cuCtxGetCurrentFn)(void** ctx);
 #define CU_WAIT_GEQ 0x0
 #define CU_WRITE_DEFAULT 0x0
 #define CU_ATTR_CAN_USE_64_BIT_STREAM_MEM_OPS 122
@@ -100,13 +101,14 @@ struct papDevState {
   unsigned long long wordsDev; /* their device address */
   uint64_t nextSeq; /* last arrival number handed out */
   struct papDevStage* stages; /* the pool */
-  int nstages;
+  size_t pinnedBytes; /* its size */
 };
 
 static pthread_once_t devOnce = PTHREAD_ONCE_INIT;
 static int devAvailable, devCount;
 static cuStreamValue64Fn cuWrite64, cuWait64;
 static cuDevicePrimaryCtxGetStateFn cuCtxState;
+static cuCtxGetCurrentFn cuCtxCurrent;
 static _Atomic int devCtxSeen; /* some device's primary context was active once */
 
 /* CUDA cannot be used in a child forked after the parent initialized it: its ops take the
@@ -119,8 +121,12 @@ static void devForkChild(void) {
 static void* entryPoint(const char* name) {
   enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
   void* fn = NULL;
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess) {
+#if CUDART_VERSION >= 12050
+  cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+#else
+  cudaError_t err = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
+  if (err != cudaSuccess || q != cudaDriverEntryPointSuccess) {
     (void)cudaGetLastError();
     return NULL;
   }
@@ -144,6 +150,7 @@ static void devInitOnce(void) {
   devCount = n;
   pthread_atfork(NULL, NULL, devForkChild);
   cuCtxState = (cuDevicePrimaryCtxGetStateFn)entryPoint("cuDevicePrimaryCtxGetState");
+  cuCtxCurrent = (cuCtxGetCurrentFn)entryPoint("cuCtxGetCurrent");
   const char* why = "PAPCCL_CUDA_MEMOPS=0";
   if (papParamCudaMemops()) {
     cuStreamValue64Fn w = (cuStreamValue64Fn)entryPoint("cuStreamWriteValue64");
@@ -183,12 +190,18 @@ int papDeviceCurrent(void) {
   return dev;
 }
 
-/* Whether device memory can exist yet: only once some device's primary context is active
- * (the runtime creates it on first use). Until then no pointer is asked about, so a process
- * that never touches the GPU never gets a context from papccl. */
+/* Whether device memory can exist yet: only once some context exists (a device's primary
+ * context, which the runtime creates on first use, or one current on this thread). Until
+ * then no pointer is asked about, so a process that never touches the GPU never gets a
+ * context from papccl. */
 static int devContextExists(void) {
   if (atomic_load_explicit(&devCtxSeen, memory_order_relaxed)) return 1;
-  if (cuCtxState == NULL) return 1; /* cannot tell: ask about pointers */
+  if (cuCtxState == NULL || cuCtxCurrent == NULL) return 1; /* cannot tell: ask */
+  void* cur = NULL;
+  if (cuCtxCurrent(&cur) == 0 && cur != NULL) {
+    atomic_store_explicit(&devCtxSeen, 1, memory_order_relaxed);
+    return 1;
+  }
   for (int d = 0; d < devCount; d++) {
     unsigned int flags = 0;
     int active = 0;
@@ -211,10 +224,31 @@ static int onGpu(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+/* Makes comm's device current on this thread (if it has one and another is current);
+ * returns the device to restore, or -1. */
+static int devEnter(const struct papComm* comm) {
+  int prev = -1;
+  if (comm->cudaDev < 0 || cudaGetDevice(&prev) != cudaSuccess || prev == comm->cudaDev) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (cudaSetDevice(comm->cudaDev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return prev;
+}
+
+static void devLeave(int prev) {
+  if (prev >= 0) cudaSetDevice(prev);
+}
+
 int papDeviceOpNeedsStream(struct papOpDesc* d) {
   if (!devContextExists()) return 0;
+  int prev = devEnter(d->comm);
   d->sendOnGpu = d->sendBytes && onGpu(d->sendbuff);
   d->recvOnGpu = d->recvBytes && onGpu(d->recvbuff);
+  devLeave(prev);
   return d->sendOnGpu || d->recvOnGpu;
 }
 
@@ -256,41 +290,40 @@ static papcclResult_t devStateGet(struct papComm* comm, struct papDevState** out
   return papcclSuccess;
 }
 
-/* A free staging block of at least `bytes` (its last use finished on its stream). With the
- * pool full, waits for one to come free (the streams move on without us). */
+/* A free staging block of at least `bytes` for a job (its last use finished on its
+ * stream). Blocks are never freed while the comm lives: cudaFreeHost would wait for the
+ * whole device, including streams held on other ranks' collectives. Within the byte
+ * budget a new block is allocated; beyond it, the call waits for a block held by a queued
+ * job to come free (backpressure, as NCCL's bounded work queues), and allocates anyway when
+ * no block could ever fit. */
 static papcclResult_t stageAcquire(struct papComm* comm, struct papDevState* st, size_t bytes,
                                    struct papDevStage** out) {
   long sleepNs = 20000;
+  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
   for (;;) {
-    struct papDevStage* idleSmall = NULL;
+    int anyBigEnough = 0;
     for (struct papDevStage* s = st->stages; s; s = s->next) {
+      if (s->bytes < bytes) continue;
+      anyBigEnough = 1;
       if (atomic_load_explicit(&s->busy, memory_order_acquire)) continue;
       cudaError_t q = cudaEventQuery(s->done);
       if (q == cudaErrorNotReady) continue;
       if (q != cudaSuccess) return cudaFail("cudaEventQuery on a staging block", q);
-      if (s->bytes < bytes) {
-        idleSmall = s;
-        continue;
-      }
       atomic_store_explicit(&s->busy, 1, memory_order_relaxed);
       *out = s;
       return papcclSuccess;
     }
-    if (st->nstages >= DEV_STAGE_MAX && idleSmall != NULL) {
-      /* Full, but an idle block is too small: replace it by a bigger one. */
-      struct papDevStage** pp = &st->stages;
-      while (*pp != idleSmall)
-        pp = &(*pp)->next;
-      *pp = idleSmall->next;
-      cudaEventDestroy(idleSmall->done);
-      cudaFreeHost(idleSmall->ptr);
-      free(idleSmall);
-      st->nstages--;
-    }
-    if (st->nstages < DEV_STAGE_MAX) break;
+    if (st->pinnedBytes + bytes <= DEV_STAGE_BUDGET || !anyBigEnough) break;
     if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
       PAP_WARN("communicator aborted while waiting for a free staging block");
       return papcclRemoteError;
+    }
+    if (papNowNs() > deadline) {
+      PAP_WARN(
+          "no staging block came free within PAPCCL_TIMEOUT_S=%lld s (the streams do "
+          "not reach the collectives already queued)",
+          (long long)papParamTimeoutS());
+      return papcclSystemError;
     }
     struct timespec ts = {0, sleepNs};
     nanosleep(&ts, NULL);
@@ -306,12 +339,13 @@ static papcclResult_t stageAcquire(struct papComm* comm, struct papDevState* st,
     free(s);
     return cudaFail("allocating pinned staging", err);
   }
-  PAP_INFO(PAP_LOG_ALLOC, "pinned staging block of %zu bytes", sz);
   s->bytes = sz;
+  st->pinnedBytes += sz;
+  PAP_INFO(PAP_LOG_ALLOC, "rank %d: pinned staging block of %zu bytes (%zu in all)", comm->rank, sz,
+           st->pinnedBytes);
   atomic_store_explicit(&s->busy, 1, memory_order_relaxed);
   s->next = st->stages;
   st->stages = s;
-  st->nstages++;
   *out = s;
   return papcclSuccess;
 }
@@ -334,26 +368,32 @@ static papcclResult_t streamValue(struct papDevState* st, struct CUstream_st* st
 
 /* Staging bytes the op needs: its device/managed buffers only (host buffers are used as
  * they are). Overlapping buffers (in place, and the offset layouts of AllGather and
- * ReduceScatter) share one range so that they keep their overlap. */
+ * ReduceScatter) share one range so that they keep their overlap. Ranges are 256-byte
+ * aligned within the job's block. */
 static size_t stageSpan(const struct papOpDesc* op, size_t* sendOff, size_t* recvOff) {
   uintptr_t s = (uintptr_t)op->userSend, r = (uintptr_t)op->userRecv;
   size_t sb = op->sendOnGpu ? op->sendBytes : 0, rb = op->recvOnGpu ? op->recvBytes : 0;
+  size_t span;
   if (sb && rb && s < r + rb && r < s + sb) {
     uintptr_t lo = s < r ? s : r;
     uintptr_t hi = s + sb > r + rb ? s + sb : r + rb;
     *sendOff = s - lo;
     *recvOff = r - lo;
-    return hi - lo;
+    span = hi - lo;
+  } else {
+    *sendOff = 0;
+    *recvOff = (sb + 255) & ~(size_t)255;
+    span = *recvOff + rb;
   }
-  size_t sendSpan = (sb + 255) & ~(size_t)255;
-  *sendOff = 0;
-  *recvOff = sendSpan;
-  return sendSpan + rb;
+  return (span + 255) & ~(size_t)255;
 }
 
-papcclResult_t papDeviceCheckStream(struct CUstream_st* stream) {
+papcclResult_t papDeviceCheckStream(struct papComm* comm, struct CUstream_st* stream) {
+  int prev = devEnter(comm);
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing((cudaStream_t)stream, &cap));
+  cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &cap);
+  devLeave(prev);
+  if (err != cudaSuccess) return cudaFail("cudaStreamIsCapturing", err);
   if (cap != cudaStreamCaptureStatusNone) {
     PAP_WARN(
         "the stream is being captured into a CUDA graph: papccl cannot yet record "
@@ -384,36 +424,55 @@ static papcclResult_t joinStreams(const struct papOpDesc* ops, int nops, cudaStr
   return papcclSuccess;
 }
 
-/* Enqueues everything on the stream; job->ops already copied from ops. Called with
- * comm->devLock held. On failure the caller frees the job. */
+/* Enqueues the job's work on the stream. Called with comm->devLock held. *queuedOut = 1 once
+ * the arrival write is on the stream: from then on the job must reach the progress thread. */
 static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st, struct papJob* job,
                                    cudaStream_t stream, int* queuedOut) {
   const int nops = job->nops;
   PAP_CHECK(joinStreams(job->ops, nops, stream, 1));
+  /* One block for the whole job: a job never waits on blocks it holds itself. */
+  size_t total = 0;
   for (int i = 0; i < nops; i++) {
     struct papOpDesc* op = &job->ops[i];
     op->userSend = op->sendbuff;
     op->userRecv = op->recvbuff;
-    size_t sendOff = 0, recvOff = 0;
-    size_t span = stageSpan(op, &sendOff, &recvOff);
+    size_t so, ro;
+    total += stageSpan(op, &so, &ro);
+  }
+  struct papDevStage* stage = NULL;
+  if (total) {
+    PAP_CHECK(stageAcquire(comm, st, total, &stage));
+    job->stage = stage;
+  }
+  size_t at = 0;
+  papcclResult_t res = papcclSuccess;
+  for (int i = 0; i < nops && res == papcclSuccess; i++) {
+    struct papOpDesc* op = &job->ops[i];
+    size_t so = 0, ro = 0;
+    size_t span = stageSpan(op, &so, &ro);
     if (span == 0) continue; /* nothing on the GPU: the job uses the host buffers */
-    struct papDevStage* stage = NULL;
-    PAP_CHECK(stageAcquire(comm, st, span, &stage));
-    job->stages[job->nstages++] = stage;
-    if (op->sendOnGpu) op->sendbuff = (char*)stage->ptr + sendOff;
-    if (op->recvOnGpu) op->recvbuff = (char*)stage->ptr + recvOff;
+    if (op->sendOnGpu) op->sendbuff = (char*)stage->ptr + at + so;
+    if (op->recvOnGpu) op->recvbuff = (char*)stage->ptr + at + ro;
+    at += span;
     if (op->sendOnGpu) {
       cudaError_t e = cudaMemcpyAsync((void*)op->sendbuff, op->userSend, op->sendBytes,
                                       cudaMemcpyDefault, stream);
-      if (e != cudaSuccess) return cudaFail("cudaMemcpyAsync of the input into staging", e);
+      if (e != cudaSuccess) res = cudaFail("cudaMemcpyAsync of the input into staging", e);
     }
   }
-  job->devSeq = ++st->nextSeq;
-  PAP_CHECK(streamValue(st, stream, (int)(job->devSeq % DEV_ARRIVE_SLOTS), job->devSeq, 0));
-  /* The arrival is on the stream: from here the job must reach the progress thread, or the
-   * arrival is never answered. */
+  if (res == papcclSuccess) {
+    job->devSeq = st->nextSeq + 1;
+    res = streamValue(st, stream, (int)(job->devSeq % DEV_ARRIVE_SLOTS), job->devSeq, 0);
+  }
+  if (res != papcclSuccess) {
+    /* Copies into the block may be queued: it is free only after them. */
+    if (stage) (void)cudaEventRecord(stage->done, stream);
+    (void)cudaGetLastError();
+    return res;
+  }
+  st->nextSeq = job->devSeq;
   *queuedOut = 1;
-  papcclResult_t res = streamValue(st, stream, DEV_DONE_WORD, job->devSeq, 1);
+  res = streamValue(st, stream, DEV_DONE_WORD, job->devSeq, 1);
   for (int i = 0; i < nops && res == papcclSuccess; i++) {
     struct papOpDesc* op = &job->ops[i];
     if (op->recvOnGpu) {
@@ -422,15 +481,29 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
       if (e != cudaSuccess) res = cudaFail("enqueueing the copy of the result", e);
     }
   }
-  for (int i = 0; i < job->nstages && res == papcclSuccess; i++) {
-    cudaError_t e = cudaEventRecord(job->stages[i]->done, stream);
-    if (e != cudaSuccess) res = cudaFail("cudaEventRecord after the copies back", e);
+  if (stage) {
+    cudaError_t e = cudaEventRecord(stage->done, stream);
+    if (e != cudaSuccess && res == papcclSuccess)
+      res = cudaFail("cudaEventRecord after the copies back", e);
   }
   if (res == papcclSuccess) res = joinStreams(job->ops, nops, stream, 0);
   return res;
 }
 
+/* Counts a call on comm, so that destroy/abort wait for it (GroupEnd enters no comm). */
+static int devCommEnter(struct papComm* comm) {
+  atomic_fetch_add_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
+  uint64_t m = atomic_load_explicit((_Atomic uint64_t*)&comm->magic, memory_order_seq_cst);
+  if (m != PAP_COMM_MAGIC) {
+    atomic_fetch_sub_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
+    PAP_WARN("communicator was destroyed or aborted");
+    return 0;
+  }
+  return 1;
+}
+
 papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int nops) {
+  if (!devCommEnter(comm)) return papcclInvalidUsage;
   /* The first device op's stream carries the job; ops on other streams are joined to it. */
   cudaStream_t stream = NULL;
   for (int i = 0; i < nops; i++) {
@@ -439,21 +512,15 @@ papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int 
       break;
     }
   }
+  papcclResult_t res = papcclSuccess;
   int err = atomic_load_explicit(&comm->asyncError, memory_order_acquire);
   if (err != papcclSuccess && err != papcclInProgress) {
     PAP_WARN("communicator (rank %d) has a pending error %d (%s); abort or destroy it", comm->rank,
              err, papcclGetErrorString((papcclResult_t)err));
-    return (papcclResult_t)err;
+    res = (papcclResult_t)err;
   }
-  papcclResult_t res = papDeviceCheckStream((struct CUstream_st*)stream);
-  int prevDev = -1;
-  if (res == papcclSuccess && comm->cudaDev >= 0 && cudaGetDevice(&prevDev) == cudaSuccess &&
-      prevDev != comm->cudaDev) {
-    cudaError_t e = cudaSetDevice(comm->cudaDev);
-    if (e != cudaSuccess) res = cudaFail("cudaSetDevice to the communicator's device", e);
-  } else {
-    prevDev = -1;
-  }
+  if (res == papcclSuccess) res = papDeviceCheckStream(comm, (struct CUstream_st*)stream);
+  int prevDev = devEnter(comm);
   struct papJob* job = NULL;
   int queued = 0;
   pthread_mutex_lock(&comm->devLock);
@@ -461,7 +528,6 @@ papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int 
   if (res == papcclSuccess) res = devStateGet(comm, &st);
   if (res == papcclSuccess) res = papCalloc(&job, 1);
   if (res == papcclSuccess) res = papCalloc(&job->ops, (size_t)nops);
-  if (res == papcclSuccess) res = papCalloc(&job->stages, (size_t)nops);
   if (res == papcclSuccess) {
     job->kind = PAP_JOB_DEVICE;
     job->nops = nops;
@@ -473,17 +539,15 @@ papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int 
   if (res != papcclSuccess) papCommSetError(comm, res);
   if (queued) {
     /* Queued under the lock, so jobs reach the progress thread in arrival-number order. */
-    atomic_fetch_add_explicit(&comm->pendingDevJobs, 1, memory_order_acq_rel);
     papProgressSubmit(comm, job);
   } else if (job != NULL) {
-    for (int i = 0; i < job->nstages; i++)
-      atomic_store_explicit(&job->stages[i]->busy, 0, memory_order_release);
-    free(job->stages);
+    if (job->stage) atomic_store_explicit(&job->stage->busy, 0, memory_order_release);
     free(job->ops);
     free(job);
   }
   pthread_mutex_unlock(&comm->devLock);
-  if (prevDev >= 0) cudaSetDevice(prevDev);
+  devLeave(prevDev);
+  atomic_fetch_sub_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
   return res;
 }
 
@@ -492,8 +556,8 @@ static void jobRelease(struct papComm* comm, struct papJob* job) {
   /* Jobs leave in order, so the done word only grows; the stream's wait sees it. */
   atomic_store_explicit((_Atomic uint64_t*)&st->words[DEV_DONE_WORD], job->devSeq,
                         memory_order_release);
-  for (int i = 0; i < job->nstages; i++)
-    atomic_store_explicit(&job->stages[i]->busy, 0, memory_order_release);
+  if (job->stage) atomic_store_explicit(&job->stage->busy, 0, memory_order_release);
+  job->stage = NULL;
 }
 
 papcclResult_t papDeviceRunJob(struct papComm* comm, struct papJob* job) {
@@ -529,30 +593,31 @@ papcclResult_t papDeviceRunJob(struct papComm* comm, struct papJob* job) {
     res = papRunOps(job->ops, job->nops);
   }
   jobRelease(comm, job);
-  free(job->stages);
-  job->stages = NULL;
   return res;
 }
 
 void papDeviceDropJob(struct papComm* comm, struct papJob* job) {
   if (comm->dev) jobRelease(comm, job);
-  free(job->stages);
-  job->stages = NULL;
 }
 
 void papDeviceCommFree(struct papComm* comm) {
+  pthread_mutex_lock(&comm->devLock);
   struct papDevState* st = comm->dev;
+  comm->dev = NULL;
+  pthread_mutex_unlock(&comm->devLock);
   if (st == NULL) return;
-  /* Release any stream still waiting (an aborted comm). Pinned memory a stream may still
-   * use (its copies back not done: the stream is held by something else) is left allocated
-   * rather than waited for: abort and destroy must not hang. */
+  /* Release any stream still waiting. After an abort, pinned memory is left allocated:
+   * cudaFreeHost waits for the whole device, and a stream may be held by something else
+   * (abort must not hang). After a clean destroy every stream has passed our ops. */
   atomic_store_explicit((_Atomic uint64_t*)&st->words[DEV_DONE_WORD], st->nextSeq,
                         memory_order_release);
+  int aborted = atomic_load_explicit(&comm->abortFlag, memory_order_acquire) != 0;
+  int prev = devEnter(comm);
   int inUse = 0;
   while (st->stages) {
     struct papDevStage* s = st->stages;
     st->stages = s->next;
-    if (cudaEventQuery(s->done) == cudaSuccess) {
+    if (!aborted && cudaEventQuery(s->done) == cudaSuccess) {
       cudaEventDestroy(s->done);
       cudaFreeHost(s->ptr);
     } else {
@@ -560,15 +625,13 @@ void papDeviceCommFree(struct papComm* comm) {
     }
     free(s);
   }
-  if (inUse == 0) {
-    cudaFreeHost(st->words);
-  } else {
-    PAP_INFO(PAP_LOG_ALLOC, "rank %d: %d staging block(s) still in use by a stream: left allocated",
-             comm->rank, inUse);
-  }
+  if (inUse == 0) cudaFreeHost(st->words);
+  if (inUse)
+    PAP_INFO(PAP_LOG_ALLOC, "rank %d: %d pinned staging block(s) left allocated (%s)", comm->rank,
+             inUse, aborted ? "aborted" : "still in use by a stream");
   (void)cudaGetLastError();
+  devLeave(prev);
   free(st);
-  comm->dev = NULL;
 }
 
 #endif /* PAPCCL_HAVE_CUDA */

@@ -20,7 +20,7 @@ int papDeviceOpNeedsStream(struct papOpDesc* d);
 
 /* The stream can take a device op now (it is not being captured into a graph); says why
  * not. Call before the op takes its sequence number. */
-papcclResult_t papDeviceCheckStream(struct CUstream_st* stream);
+papcclResult_t papDeviceCheckStream(struct papComm* comm, struct CUstream_st* stream);
 
 /* API thread: for nops ops of one comm on one stream, enqueues on the stream the copies into
  * pinned staging, the arrival write, the wait for completion and the copies back, then hands

@@ -56,7 +56,7 @@ static papcclResult_t collCommon(struct papOpDesc* d, const char* fn, int reduce
     d->sendBytes = sendMult && (!sendOnRootOnly || isRoot) ? d->count * esz * sendMult : 0;
     d->recvBytes = recvMult && (!recvOnRootOnly || isRoot) ? d->count * esz * recvMult : 0;
     d->onDevice = papDeviceOpNeedsStream(d);
-    if (d->onDevice) PAP_CHECK_GOTO(papDeviceCheckStream(d->stream), res, out);
+    if (d->onDevice) PAP_CHECK_GOTO(papDeviceCheckStream(comm, d->stream), res, out);
   }
   res = papEnqueue(d);
 out:

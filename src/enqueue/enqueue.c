@@ -307,9 +307,9 @@ papcclResult_t papEnqueue(struct papOpDesc* op) {
   if (comm->blocking && comm->dev) papCommWaitPendingJobs(comm);
   if (!comm->blocking) {
     struct papJob* job = NULL;
-    PAP_CHECK(papCalloc(&job, 1));
-    if (papCalloc(&job->ops, 1) != papcclSuccess) {
+    if (papCalloc(&job, 1) != papcclSuccess || papCalloc(&job->ops, 1) != papcclSuccess) {
       free(job);
+      papCommSetError(comm, papcclSystemError); /* the op took its number */
       return papcclSystemError;
     }
     job->kind = PAP_JOB_OPS;

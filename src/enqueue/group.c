@@ -112,15 +112,16 @@ static papcclResult_t submitDeviceOps(struct papOpDesc* ops, int* nopsInOut) {
     if (!ops[i].onDevice) continue;
     struct papComm* comm = ops[i].comm;
     struct papOpDesc* mine = NULL;
-    PAP_CHECK(papCalloc(&mine, (size_t)nops));
+    papcclResult_t r = papCalloc(&mine, (size_t)nops);
     int n = 0, keep = 0;
     for (int j = 0; j < nops; j++) {
-      if (ops[j].comm == comm)
-        mine[n++] = ops[j];
-      else
+      if (ops[j].comm != comm)
         ops[keep++] = ops[j];
+      else if (mine != NULL)
+        mine[n++] = ops[j];
     }
-    papcclResult_t r = papDeviceSubmit(comm, mine, n);
+    if (mine != NULL) r = papDeviceSubmit(comm, mine, n);
+    if (mine == NULL) papCommSetError(comm, r); /* its ops took their numbers: comm failed */
     free(mine);
     if (r != papcclSuccess && res == papcclSuccess) res = r;
     nops = keep;
@@ -148,12 +149,16 @@ static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
       seen |= ops[j].comm == comm;
     if (seen) continue;
     struct papJob* job = NULL;
-    PAP_CHECK(papCalloc(&job, 1));
+    if (papCalloc(&job, 1) != papcclSuccess) {
+      papCommSetError(comm, papcclSystemError);
+      return papcclSystemError;
+    }
     int cnt = 0;
     for (int j = i; j < nops; j++)
       cnt += ops[j].comm == comm;
     if (papCalloc(&job->ops, (size_t)cnt) != papcclSuccess) {
       free(job);
+      papCommSetError(comm, papcclSystemError);
       return papcclSystemError;
     }
     for (int j = i; j < nops; j++)

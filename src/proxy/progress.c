@@ -49,7 +49,7 @@ static void* progressMain(void* arg) {
       runJob(comm, job);
       /* Release partner: the acquire loads of pendingJobs in GetAsyncError/Destroy. */
       atomic_fetch_sub_explicit(&comm->pendingJobs, 1, memory_order_release);
-      if (device) atomic_fetch_sub_explicit(&comm->pendingDevJobs, 1, memory_order_release);
+      if (!device) atomic_fetch_sub_explicit(&comm->pendingHostJobs, 1, memory_order_release);
       continue;
     }
     if (stop) break;
@@ -69,8 +69,20 @@ papcclResult_t papProgressStart(struct papComm* comm) {
 }
 
 papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job) {
-  atomic_fetch_add_explicit(&comm->pendingJobs, 1, memory_order_acq_rel);
+  int device = job->kind == PAP_JOB_DEVICE;
   pthread_mutex_lock(&comm->jobLock);
+  if (comm->threadStop) {
+    /* The comm is being torn down: the job will never run. A device job still releases
+     * its stream. */
+    pthread_mutex_unlock(&comm->jobLock);
+    if (device) papDeviceDropJob(comm, job);
+    free(job->ops);
+    free(job);
+    PAP_WARN("operation submitted while the communicator is being destroyed or aborted");
+    return papcclInvalidUsage;
+  }
+  if (!device) atomic_fetch_add_explicit(&comm->pendingHostJobs, 1, memory_order_acq_rel);
+  atomic_fetch_add_explicit(&comm->pendingJobs, 1, memory_order_acq_rel);
   job->next = NULL;
   if (comm->jobTail)
     comm->jobTail->next = job;
@@ -101,7 +113,7 @@ void papProgressStop(struct papComm* comm) {
     free(j->ops);
     free(j);
     atomic_fetch_sub_explicit(&comm->pendingJobs, 1, memory_order_release);
-    if (device) atomic_fetch_sub_explicit(&comm->pendingDevJobs, 1, memory_order_release);
+    if (!device) atomic_fetch_sub_explicit(&comm->pendingHostJobs, 1, memory_order_release);
   }
   comm->jobTail = NULL;
 }

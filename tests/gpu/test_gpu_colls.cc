@@ -297,16 +297,18 @@ TEST(GpuColls, GraphCaptureIsAClearError) {
 }
 
 // One group per rank: a device allreduce on the rank's stream, a host-buffer allreduce, and
-// a device allreduce on a second stream (joined to the first).
+// a device allreduce on a second stream whose input is written late. After the group, a
+// kernel on the second stream reads the first stream's result: the streams were joined.
 TEST(GpuColls, GroupMixesHostDeviceAndStreams) {
   const int n = 2;
   const size_t count = 100000;
   onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
     cudaStream_t st2;
     CU(cudaStreamCreateWithFlags(&st2, cudaStreamNonBlocking));
-    float *a, *b;
+    float *a, *b, *a2;
     CU(cudaMalloc(&a, count * 4));
     CU(cudaMalloc(&b, count * 4));
+    CU(cudaMalloc(&a2, count * 4));
     std::vector<float> h(count, (float)(rank + 1));
     PC(papKernFillF32(a, count, (float)(rank + 1), 0.0f, st));
     PC(papKernSpinNs(10000000ull, st2));  // b is written late on the second stream
@@ -316,17 +318,43 @@ TEST(GpuColls, GroupMixesHostDeviceAndStreams) {
     PC(papcclAllReduce(h.data(), h.data(), count, papcclFloat32, papcclSum, comm, st));
     PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st2));
     PC(papcclGroupEnd());
-    CU(cudaStreamSynchronize(st2));
-    CU(cudaStreamSynchronize(st));
+    PC(papKernReduceLaunch(a2, a, a, count, papcclFloat32, PAP_RED_SUM, st2));
+    CU(cudaStreamSynchronize(st2));  // only the second stream
     float va = 0, vb = 0;
-    CU(cudaMemcpy(&va, a + count - 1, 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(&va, a2 + count - 1, 4, cudaMemcpyDeviceToHost));
     CU(cudaMemcpy(&vb, b + count - 1, 4, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(3.0f, va) << "rank " << rank;
+    EXPECT_EQ(6.0f, va) << "rank " << rank << ": the second stream did not wait for the group";
     EXPECT_EQ(3.0f, h[count - 1]) << "rank " << rank;
     EXPECT_EQ(30.0f, vb) << "rank " << rank;
+    CU(cudaStreamSynchronize(st));
     cudaFree(a);
     cudaFree(b);
+    cudaFree(a2);
     cudaStreamDestroy(st2);
+  });
+}
+
+// 40 device collectives in one group on one comm: one job, one staging block.
+TEST(GpuColls, ManyOpsInOneGroup) {
+  const int n = 2, k = 40;
+  const size_t count = 5000;
+  onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+    float* b;
+    CU(cudaMalloc(&b, count * 4 * k));
+    for (int i = 0; i < k; i++)
+      PC(papKernFillF32(b + count * i, count, (float)(rank + i), 0.0f, st));
+    PC(papcclGroupStart());
+    for (int i = 0; i < k; i++)
+      PC(papcclAllReduce(b + count * i, b + count * i, count, papcclFloat32, papcclSum, comm, st));
+    PC(papcclGroupEnd());
+    std::vector<float> out(count * k);
+    CU(cudaMemcpyAsync(out.data(), b, count * 4 * k, cudaMemcpyDeviceToHost, st));
+    CU(cudaStreamSynchronize(st));
+    int wrong = 0;
+    for (int i = 0; i < k; i++)
+      wrong += out[count * i + count - 1] != (float)(2 * i + 1);
+    EXPECT_EQ(0, wrong) << "rank " << rank;
+    cudaFree(b);
   });
 }
 
@@ -340,8 +368,8 @@ TEST(GpuColls, AbortReleasesTheStream) {
   float* b;
   CU(cudaMalloc(&b, 1 << 20));
   PC(papcclAllReduce(b, b, 1 << 18, papcclFloat32, papcclSum, comms[0], st));
-  EXPECT_EQ(cudaErrorNotReady, cudaStreamQuery(st)) << "the stream did not wait for the peer";
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(cudaErrorNotReady, cudaStreamQuery(st)) << "the stream did not wait for the peer";
   EXPECT_EQ(papcclSuccess, papcclCommAbort(comms[0]));
   // Bounded: the stream must be released by the abort, not by some timeout.
   bool released = false;
