@@ -28,6 +28,8 @@
   X(PapBetaPs, "PAPCCL_PAP_BETA_PS", 200, "cost model: transfer time per byte (ps)") \
   X(PapGammaPs, "PAPCCL_PAP_GAMMA_PS", 250, "cost model: reduction time per byte (ps)") \
   X(Cuda, "PAPCCL_CUDA", 1, "0 turns GPU support off: no CUDA call, host buffers only") \
+  X(CudaStagingMb, "PAPCCL_CUDA_STAGING_MB", 1024, \
+    "device ops: pinned staging per comm (MiB) past which callers wait for a free block") \
   X(CudaMemops, "PAPCCL_CUDA_MEMOPS", 1, \
     "device ops: 1 stream memory operations for arrival/wait, 0 one-thread kernels")
 

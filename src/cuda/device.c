@@ -74,9 +74,9 @@ void papDeviceCommFree(struct papComm* comm) {
 #define DEV_DONE_WORD DEV_ARRIVE_SLOTS
 /* Staging blocks are at least this big, so that small ops reuse them. */
 #define DEV_STAGE_MIN (1u << 20)
-/* Pinned staging per comm beyond which a caller running ahead of its streams waits for a
- * block to come free (backpressure). */
-#define DEV_STAGE_BUDGET (1ull << 30)
+/* Pinned staging per comm (PAPCCL_CUDA_STAGING_MB) beyond which a caller running ahead of
+ * its streams waits for a block to come free (backpressure). */
+#define DEV_STAGE_BUDGET ((size_t)papParamCudaStagingMb() << 20)
 
 /* Driver entry points (CUresult is an int-sized enum; CUdevice an int). */
 typedef int (*cuStreamValue64Fn)(struct CUstream_st* stream, unsigned long long addr,
@@ -84,6 +84,7 @@ typedef int (*cuStreamValue64Fn)(struct CUstream_st* stream, unsigned long long 
 typedef int (*cuDeviceGetAttributeFn)(int* value, int attrib, int dev);
 typedef int (*cuDevicePrimaryCtxGetStateFn)(int dev, unsigned int* flags, int* active);
 typedef int (*cuCtxGetCurrentFn)(void** ctx);
+typedef int (*cuCtxSetCurrentFn)(void* ctx);
 #define CU_WAIT_GEQ 0x0
 #define CU_WRITE_DEFAULT 0x0
 #define CU_ATTR_CAN_USE_64_BIT_STREAM_MEM_OPS 122
@@ -104,11 +105,25 @@ struct papDevState {
   size_t pinnedBytes; /* its size */
 };
 
+/* Pinned memory is never given back to CUDA while the process runs: cudaFreeHost waits for
+ * the whole device, which can include streams held on other ranks' collectives. Blocks and
+ * word pages of destroyed comms wait here for the next comm (a block is reused once its
+ * event has completed). */
+static pthread_mutex_t spareLock = PTHREAD_MUTEX_INITIALIZER;
+static struct papDevStage* spareStages;
+struct spareWords {
+  struct spareWords* next;
+  uint64_t* words;
+  unsigned long long wordsDev;
+};
+static struct spareWords* spareWordPages;
+
 static pthread_once_t devOnce = PTHREAD_ONCE_INIT;
 static int devAvailable, devCount;
 static cuStreamValue64Fn cuWrite64, cuWait64;
 static cuDevicePrimaryCtxGetStateFn cuCtxState;
 static cuCtxGetCurrentFn cuCtxCurrent;
+static cuCtxSetCurrentFn cuCtxSet;
 static _Atomic int devCtxSeen; /* some device's primary context was active once */
 
 /* CUDA cannot be used in a child forked after the parent initialized it: its ops take the
@@ -151,6 +166,7 @@ static void devInitOnce(void) {
   pthread_atfork(NULL, NULL, devForkChild);
   cuCtxState = (cuDevicePrimaryCtxGetStateFn)entryPoint("cuDevicePrimaryCtxGetState");
   cuCtxCurrent = (cuCtxGetCurrentFn)entryPoint("cuCtxGetCurrent");
+  cuCtxSet = (cuCtxSetCurrentFn)entryPoint("cuCtxSetCurrent");
   const char* why = "PAPCCL_CUDA_MEMOPS=0";
   if (papParamCudaMemops()) {
     cuStreamValue64Fn w = (cuStreamValue64Fn)entryPoint("cuStreamWriteValue64");
@@ -224,31 +240,33 @@ static int onGpu(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-/* Makes comm's device current on this thread (if it has one and another is current);
- * returns the device to restore, or -1. */
-static int devEnter(const struct papComm* comm) {
-  int prev = -1;
-  if (comm->cudaDev < 0 || cudaGetDevice(&prev) != cudaSuccess || prev == comm->cudaDev) {
-    (void)cudaGetLastError();
-    return -1;
-  }
-  if (cudaSetDevice(comm->cudaDev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return -1;
-  }
-  return prev;
+/* Makes comm's device current on this thread for a few CUDA calls, and puts back whatever
+ * context was current before (one made with cuCtxCreate too, or none). */
+struct devSaved {
+  int switched;
+  void* ctx;
+};
+
+static struct devSaved devEnter(const struct papComm* comm) {
+  struct devSaved sv = {0, NULL};
+  int cur = -1;
+  if (comm->cudaDev < 0 || cuCtxCurrent == NULL || cuCtxSet == NULL) return sv;
+  if (cuCtxCurrent(&sv.ctx) != 0) return sv;
+  if (sv.ctx != NULL && cudaGetDevice(&cur) == cudaSuccess && cur == comm->cudaDev) return sv;
+  if (cudaSetDevice(comm->cudaDev) == cudaSuccess) sv.switched = 1;
+  (void)cudaGetLastError();
+  return sv;
 }
 
-static void devLeave(int prev) {
-  if (prev >= 0) cudaSetDevice(prev);
+static void devLeave(struct devSaved sv) {
+  if (sv.switched) cuCtxSet(sv.ctx);
 }
 
 int papDeviceOpNeedsStream(struct papOpDesc* d) {
   if (!devContextExists()) return 0;
-  int prev = devEnter(d->comm);
+  /* Unified addressing: any current device can answer for any pointer. */
   d->sendOnGpu = d->sendBytes && onGpu(d->sendbuff);
   d->recvOnGpu = d->recvBytes && onGpu(d->recvbuff);
-  devLeave(prev);
   return d->sendOnGpu || d->recvOnGpu;
 }
 
@@ -267,23 +285,32 @@ static papcclResult_t devStateGet(struct papComm* comm, struct papDevState** out
   if (comm->dev == NULL) {
     struct papDevState* st = NULL;
     PAP_CHECK(papCalloc(&st, 1));
-    void* words = NULL;
-    cudaError_t err = cudaHostAlloc(&words, DEV_WORDS * sizeof(uint64_t),
-                                    cudaHostAllocMapped | cudaHostAllocPortable);
-    if (err != cudaSuccess) {
-      free(st);
-      return cudaFail("cudaHostAlloc of the stream words", err);
+    pthread_mutex_lock(&spareLock);
+    struct spareWords* sw = spareWordPages;
+    if (sw) spareWordPages = sw->next;
+    pthread_mutex_unlock(&spareLock);
+    if (sw) { /* every stream has passed its old words (see papDeviceCommFree) */
+      st->words = sw->words;
+      st->wordsDev = sw->wordsDev;
+      free(sw);
+    } else {
+      void* words = NULL;
+      cudaError_t err = cudaHostAlloc(&words, DEV_WORDS * sizeof(uint64_t),
+                                      cudaHostAllocMapped | cudaHostAllocPortable);
+      if (err != cudaSuccess) {
+        free(st);
+        return cudaFail("cudaHostAlloc of the stream words", err);
+      }
+      void* dptr = NULL;
+      err = cudaHostGetDevicePointer(&dptr, words, 0);
+      if (err != cudaSuccess) {
+        free(st); /* the page is not given back (cudaFreeHost waits for the device) */
+        return cudaFail("cudaHostGetDevicePointer of the stream words", err);
+      }
+      st->words = (uint64_t*)words;
+      st->wordsDev = (unsigned long long)(uintptr_t)dptr;
     }
-    memset(words, 0, DEV_WORDS * sizeof(uint64_t));
-    void* dptr = NULL;
-    err = cudaHostGetDevicePointer(&dptr, words, 0);
-    if (err != cudaSuccess) {
-      cudaFreeHost(words);
-      free(st);
-      return cudaFail("cudaHostGetDevicePointer of the stream words", err);
-    }
-    st->words = (uint64_t*)words;
-    st->wordsDev = (unsigned long long)(uintptr_t)dptr;
+    memset(st->words, 0, DEV_WORDS * sizeof(uint64_t));
     comm->dev = st;
   }
   *out = comm->dev;
@@ -329,17 +356,32 @@ static papcclResult_t stageAcquire(struct papComm* comm, struct papDevState* st,
     nanosleep(&ts, NULL);
     if (sleepNs < 1000000) sleepNs *= 2;
   }
+  /* A spare block of a destroyed comm, or a new one. */
   struct papDevStage* s = NULL;
-  PAP_CHECK(papCalloc(&s, 1));
-  size_t sz = bytes < DEV_STAGE_MIN ? DEV_STAGE_MIN : (bytes + 4095) & ~(size_t)4095;
-  cudaError_t err = cudaHostAlloc(&s->ptr, sz, cudaHostAllocPortable);
-  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming);
-  if (err != cudaSuccess) {
-    if (s->ptr) cudaFreeHost(s->ptr);
-    free(s);
-    return cudaFail("allocating pinned staging", err);
+  pthread_mutex_lock(&spareLock);
+  for (struct papDevStage** pp = &spareStages; *pp; pp = &(*pp)->next) {
+    if ((*pp)->bytes >= bytes && cudaEventQuery((*pp)->done) == cudaSuccess) {
+      s = *pp;
+      *pp = s->next;
+      break;
+    }
   }
-  s->bytes = sz;
+  (void)cudaGetLastError();
+  pthread_mutex_unlock(&spareLock);
+  if (s == NULL) {
+    PAP_CHECK(papCalloc(&s, 1));
+    s->bytes = bytes < DEV_STAGE_MIN ? DEV_STAGE_MIN : (bytes + 4095) & ~(size_t)4095;
+    cudaError_t err = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming);
+    if (err == cudaSuccess) {
+      err = cudaHostAlloc(&s->ptr, s->bytes, cudaHostAllocPortable);
+      if (err != cudaSuccess) cudaEventDestroy(s->done);
+    }
+    if (err != cudaSuccess) {
+      free(s);
+      return cudaFail("allocating pinned staging", err);
+    }
+  }
+  size_t sz = s->bytes;
   st->pinnedBytes += sz;
   PAP_INFO(PAP_LOG_ALLOC, "rank %d: pinned staging block of %zu bytes (%zu in all)", comm->rank, sz,
            st->pinnedBytes);
@@ -389,10 +431,9 @@ static size_t stageSpan(const struct papOpDesc* op, size_t* sendOff, size_t* rec
 }
 
 papcclResult_t papDeviceCheckStream(struct papComm* comm, struct CUstream_st* stream) {
-  int prev = devEnter(comm);
+  (void)comm;
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &cap);
-  devLeave(prev);
   if (err != cudaSuccess) return cudaFail("cudaStreamIsCapturing", err);
   if (cap != cudaStreamCaptureStatusNone) {
     PAP_WARN(
@@ -460,6 +501,29 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
       if (e != cudaSuccess) res = cudaFail("cudaMemcpyAsync of the input into staging", e);
     }
   }
+  /* At most DEV_ARRIVE_SLOTS jobs in flight, so that no arrival slot is written again
+   * before the progress thread has read it. */
+  long sleepNs = 20000;
+  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  while (res == papcclSuccess &&
+         st->nextSeq + 1 -
+                 atomic_load_explicit((_Atomic uint64_t*)&st->words[DEV_DONE_WORD],
+                                      memory_order_acquire) >=
+             DEV_ARRIVE_SLOTS) {
+    if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
+      res = papcclRemoteError;
+    } else if (papNowNs() > deadline) {
+      PAP_WARN(
+          "%d collectives queued on the streams and none finished within "
+          "PAPCCL_TIMEOUT_S",
+          DEV_ARRIVE_SLOTS);
+      res = papcclSystemError;
+    } else {
+      struct timespec ts = {0, sleepNs};
+      nanosleep(&ts, NULL);
+      if (sleepNs < 1000000) sleepNs *= 2;
+    }
+  }
   if (res == papcclSuccess) {
     job->devSeq = st->nextSeq + 1;
     res = streamValue(st, stream, (int)(job->devSeq % DEV_ARRIVE_SLOTS), job->devSeq, 0);
@@ -520,7 +584,7 @@ papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int 
     res = (papcclResult_t)err;
   }
   if (res == papcclSuccess) res = papDeviceCheckStream(comm, (struct CUstream_st*)stream);
-  int prevDev = devEnter(comm);
+  struct devSaved prevDev = devEnter(comm);
   struct papJob* job = NULL;
   int queued = 0;
   pthread_mutex_lock(&comm->devLock);
@@ -606,31 +670,35 @@ void papDeviceCommFree(struct papComm* comm) {
   comm->dev = NULL;
   pthread_mutex_unlock(&comm->devLock);
   if (st == NULL) return;
-  /* Release any stream still waiting. After an abort, pinned memory is left allocated:
-   * cudaFreeHost waits for the whole device, and a stream may be held by something else
-   * (abort must not hang). After a clean destroy every stream has passed our ops. */
+  /* Release any stream still waiting, then hand the pinned memory to the spares (never to
+   * cudaFreeHost: it waits for the whole device, and destroy or abort must not hang on
+   * streams held by something else). The word page is reused only when every block's
+   * event has completed, that is, when every stream has passed its waits; otherwise it
+   * stays as it is, holding the final done value for late streams. */
   atomic_store_explicit((_Atomic uint64_t*)&st->words[DEV_DONE_WORD], st->nextSeq,
                         memory_order_release);
-  int aborted = atomic_load_explicit(&comm->abortFlag, memory_order_acquire) != 0;
-  int prev = devEnter(comm);
-  int inUse = 0;
+  int pending = 0;
+  pthread_mutex_lock(&spareLock);
   while (st->stages) {
     struct papDevStage* s = st->stages;
     st->stages = s->next;
-    if (!aborted && cudaEventQuery(s->done) == cudaSuccess) {
-      cudaEventDestroy(s->done);
-      cudaFreeHost(s->ptr);
-    } else {
-      inUse++;
-    }
-    free(s);
+    if (cudaEventQuery(s->done) != cudaSuccess) pending++;
+    atomic_store_explicit(&s->busy, 0, memory_order_relaxed);
+    s->next = spareStages;
+    spareStages = s;
   }
-  if (inUse == 0) cudaFreeHost(st->words);
-  if (inUse)
-    PAP_INFO(PAP_LOG_ALLOC, "rank %d: %d pinned staging block(s) left allocated (%s)", comm->rank,
-             inUse, aborted ? "aborted" : "still in use by a stream");
   (void)cudaGetLastError();
-  devLeave(prev);
+  struct spareWords* sw = NULL;
+  if (pending == 0 && papCalloc(&sw, 1) == papcclSuccess) {
+    sw->words = st->words;
+    sw->wordsDev = st->wordsDev;
+    sw->next = spareWordPages;
+    spareWordPages = sw;
+  }
+  pthread_mutex_unlock(&spareLock);
+  if (pending)
+    PAP_INFO(PAP_LOG_ALLOC, "rank %d: %d staging block(s) still in use by a stream at destroy",
+             comm->rank, pending);
   free(st);
 }
 

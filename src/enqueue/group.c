@@ -149,17 +149,16 @@ static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
       seen |= ops[j].comm == comm;
     if (seen) continue;
     struct papJob* job = NULL;
-    if (papCalloc(&job, 1) != papcclSuccess) {
-      papCommSetError(comm, papcclSystemError);
-      return papcclSystemError;
-    }
     int cnt = 0;
     for (int j = i; j < nops; j++)
       cnt += ops[j].comm == comm;
-    if (papCalloc(&job->ops, (size_t)cnt) != papcclSuccess) {
+    if (papCalloc(&job, 1) != papcclSuccess || papCalloc(&job->ops, (size_t)cnt) != papcclSuccess) {
+      /* This comm's ops took their numbers and cannot run: the comm has failed. The other
+       * comms go on. */
       free(job);
       papCommSetError(comm, papcclSystemError);
-      return papcclSystemError;
+      res = papcclSystemError;
+      continue;
     }
     for (int j = i; j < nops; j++)
       if (ops[j].comm == comm) job->ops[job->nops++] = ops[j];
@@ -171,7 +170,9 @@ static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
     if (ops[i].comm->blocking) ops[nblocking++] = ops[i];
   for (int i = 0; i < nblocking; i++) /* device ops queued earlier on these comms go first */
     if (ops[i].comm->dev) papCommWaitPendingJobs(ops[i].comm);
-  if (nblocking) res = papRunOps(ops, nblocking);
+  papcclResult_t hostRes = papcclSuccess;
+  if (nblocking) hostRes = papRunOps(ops, nblocking);
+  if (res == papcclSuccess) res = hostRes;
   if (res == papcclSuccess && inProgress) res = papcclInProgress;
   return devRes != papcclSuccess ? devRes : res;
 }

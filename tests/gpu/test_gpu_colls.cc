@@ -15,11 +15,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -99,23 +101,65 @@ papcclResult_t runColl(int c, const void* s, void* r, size_t count, papcclDataTy
 }
 
 // Runs fn(rank, comm, stream) on n threads, each with its comm (all on device 0) and stream.
+// A barrier for the rank threads of onRanks. Rank threads allocate and free device memory
+// only between barriers, never while a peer's stream may be held on a collective:
+// cudaFree waits for the whole device.
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+  void wait() {
+    std::unique_lock<std::mutex> lk(m_);
+    int gen = gen_;
+    if (++count_ == n_) {
+      count_ = 0;
+      gen_++;
+      cv_.notify_all();
+    } else if (!cv_.wait_for(lk, std::chrono::seconds(150), [&] { return gen != gen_; })) {
+      ADD_FAILURE() << "a rank thread did not reach the barrier (it failed earlier)";
+    }
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int n_, count_ = 0, gen_ = 0;
+};
+thread_local Barrier* tBarrier;
+thread_local void* tScratch[2];  // per rank, kScratchBytes each, allocated before the threads
+constexpr size_t kScratchBytes = 16u << 20;
+void rankSync() {
+  tBarrier->wait();
+}
+
+// Runs fn(rank, comm, stream) on n threads, each with its comm (all on device 0), stream and
+// scratch buffers; rankSync() is a barrier among them.
 void onRanks(int n, const std::function<void(int, papcclComm_t, cudaStream_t)>& fn) {
   std::vector<papcclComm_t> comms(n);
   std::vector<int> devs(n, 0);
   ASSERT_EQ(papcclSuccess, papcclCommInitAll(comms.data(), n, devs.data()));
+  std::vector<void*> scratch(2 * n, nullptr);
+  for (auto& p : scratch)
+    ASSERT_EQ(cudaSuccess, cudaMalloc(&p, kScratchBytes));
+  Barrier barrier(n);
   std::vector<std::thread> th;
   for (int r = 0; r < n; r++) {
     th.emplace_back([&, r] {
       cudaSetDevice(0);
+      tBarrier = &barrier;
+      tScratch[0] = scratch[2 * r];
+      tScratch[1] = scratch[2 * r + 1];
       cudaStream_t st;
       cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
       fn(r, comms[r], st);
       cudaStreamSynchronize(st);
+      barrier.wait();
       cudaStreamDestroy(st);
     });
   }
   for (auto& t : th)
     t.join();
+  for (auto p : scratch)
+    cudaFree(p);
   for (int r = 0; r < n; r++)
     EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
 }
@@ -132,19 +176,18 @@ void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int ra
   std::vector<uint8_t> hs(in), hr(re * esz, 0);
   ASSERT_EQ(papcclSuccess, runColl(c, hs.data(), hr.data(), count, t, op, comm, nullptr, rank, n));
   // Device. In place: one buffer laid out as NCCL defines it for each collective.
-  void *ds = nullptr, *dr = nullptr, *one = nullptr;
+  void *ds = tScratch[0], *dr = tScratch[1];
+  ASSERT_LE((se > re ? se : re) * esz, kScratchBytes);
   if (inPlace) {
-    size_t big = (se > re ? se : re) * esz;
-    CU(cudaMalloc(&one, big + 16));
-    CU(cudaMemset(one, 0, big));
+    void* one = tScratch[0];
+    CU(cudaMemsetAsync(one, 0, (se > re ? se : re) * esz, st));
     ds = dr = one;
     if (c == kAllGather) ds = (char*)one + (size_t)rank * count * esz;
     if (c == kReduceScatter) dr = (char*)one + (size_t)rank * count * esz;
   } else {
-    CU(cudaMalloc(&ds, se * esz + 16));
-    CU(cudaMalloc(&dr, re * esz + 16));
-    CU(cudaMemset(dr, 0, re * esz));
+    CU(cudaMemsetAsync(dr, 0, re * esz, st));
   }
+  CU(cudaStreamSynchronize(st));
   CU(cudaMemcpy(ds, in.data(), se * esz, cudaMemcpyHostToDevice));
   ASSERT_EQ(papcclSuccess, runColl(c, ds, dr, count, t, op, comm, st, rank, n))
       << papcclGetLastError(comm);
@@ -157,12 +200,6 @@ void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int ra
                   << rank << "/" << n << (inPlace ? " in place" : "")
                   << ": device result differs from the host result";
   }
-  if (inPlace) {
-    cudaFree(one);
-  } else {
-    cudaFree(ds);
-    cudaFree(dr);
-  }
 }
 
 }  // namespace
@@ -171,11 +208,13 @@ void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int ra
 TEST(GpuColls, EveryCollectiveTypeOp) {
   for (int n = 1; n <= 4; n++) {
     onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+      // Every rank runs every case, whatever it found: a rank that stopped early would
+      // leave the others waiting in a collective.
       int bad = 0;
-      for (int c = 0; c < kNumColls && bad < 5; c++) {
-        for (int t = 0; t < papcclNumTypes && bad < 5; t++) {
+      for (int c = 0; c < kNumColls; c++) {
+        for (int t = 0; t < papcclNumTypes; t++) {
           int nops = reduces(c) ? (int)papcclNumOps : 1;
-          for (int op = 0; op < nops && bad < 5; op++) {
+          for (int op = 0; op < nops; op++) {
             size_t count = (c == kAllReduce && t == papcclFloat32) ? 1000003 : 1000 + 13;
             checkCase(c, (papcclDataType_t)t, (papcclRedOp_t)op, count, rank, n, comm, st, false,
                       &bad);
@@ -202,6 +241,7 @@ TEST(GpuColls, StreamOrdering) {
     CU(cudaMalloc(&s, count * 4));
     CU(cudaMalloc(&r, count * 4));
     CU(cudaMalloc(&twice, count * 4));
+    rankSync();
     CU(cudaMemset(s, 0, count * 4));
     PC(papKernSpinNs(20000000ull, st));
     PC(papKernFillF32(s, count, (float)(rank + 1), 0.0f, st));
@@ -215,6 +255,7 @@ TEST(GpuColls, StreamOrdering) {
     for (float v : out)
       wrong += v != want;
     EXPECT_EQ(0u, wrong) << "rank " << rank << ": first value " << out[0] << ", want " << want;
+    rankSync();
     cudaFree(s);
     cudaFree(r);
     cudaFree(twice);
@@ -230,6 +271,7 @@ TEST(GpuColls, ArrivalOnTheStream) {
   onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
     float* b;
     CU(cudaMalloc(&b, count * 4));
+    rankSync();
     PC(papKernFillF32(b, count, 1.0f, 0.0f, st));
     for (int it = 0; it < 3; it++) {
       if (rank == late) {
@@ -242,6 +284,7 @@ TEST(GpuColls, ArrivalOnTheStream) {
     CU(cudaMemcpy(&v, b, 4, cudaMemcpyDeviceToHost));
     EXPECT_EQ(64.0f, v) << "rank " << rank;  // 1 * 4^3
     PC(papcclCommGetPapStats(comm, &stats[rank]));
+    rankSync();
     cudaFree(b);
   });
   for (int r = 0; r < n; r++) {
@@ -262,6 +305,7 @@ TEST(GpuColls, MemoryTypes) {
     CU(cudaMallocManaged(&managed, count * 4));
     CU(cudaMalloc(&dev, count * 4));
     CU(cudaMallocHost(&pinnedOut, count * 4));
+    rankSync();
     for (size_t i = 0; i < count; i++)
       pinned[i] = managed[i] = (float)(rank + 1);
     PC(papKernFillF32(dev, count, (float)(rank + 1), 0.0f, st));
@@ -272,6 +316,7 @@ TEST(GpuColls, MemoryTypes) {
     EXPECT_EQ(3.0f, pinned[count - 1]);
     EXPECT_EQ(3.0f, managed[count - 1]);
     EXPECT_EQ(3.0f, pinnedOut[count - 1]);
+    rankSync();
     cudaFreeHost(pinned);
     cudaFree(managed);
     cudaFree(dev);
@@ -309,6 +354,7 @@ TEST(GpuColls, GroupMixesHostDeviceAndStreams) {
     CU(cudaMalloc(&a, count * 4));
     CU(cudaMalloc(&b, count * 4));
     CU(cudaMalloc(&a2, count * 4));
+    rankSync();
     std::vector<float> h(count, (float)(rank + 1));
     PC(papKernFillF32(a, count, (float)(rank + 1), 0.0f, st));
     PC(papKernSpinNs(10000000ull, st2));  // b is written late on the second stream
@@ -327,6 +373,7 @@ TEST(GpuColls, GroupMixesHostDeviceAndStreams) {
     EXPECT_EQ(3.0f, h[count - 1]) << "rank " << rank;
     EXPECT_EQ(30.0f, vb) << "rank " << rank;
     CU(cudaStreamSynchronize(st));
+    rankSync();
     cudaFree(a);
     cudaFree(b);
     cudaFree(a2);
@@ -337,10 +384,11 @@ TEST(GpuColls, GroupMixesHostDeviceAndStreams) {
 // 40 device collectives in one group on one comm: one job, one staging block.
 TEST(GpuColls, ManyOpsInOneGroup) {
   const int n = 2, k = 40;
-  const size_t count = 5000;
+  const size_t count = 50000;  // 8 MB in all: more than PAPCCL_CUDA_STAGING_MB of this test
   onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
     float* b;
     CU(cudaMalloc(&b, count * 4 * k));
+    rankSync();
     for (int i = 0; i < k; i++)
       PC(papKernFillF32(b + count * i, count, (float)(rank + i), 0.0f, st));
     PC(papcclGroupStart());
@@ -352,8 +400,40 @@ TEST(GpuColls, ManyOpsInOneGroup) {
     CU(cudaStreamSynchronize(st));
     int wrong = 0;
     for (int i = 0; i < k; i++)
-      wrong += out[count * i + count - 1] != (float)(2 * i + 1);
+      for (size_t j = 0; j < count; j++)
+        wrong += out[count * i + j] != (float)(2 * i + 1);
     EXPECT_EQ(0, wrong) << "rank " << rank;
+    rankSync();
+    cudaFree(b);
+  });
+}
+
+// A caller running ahead of a late stream: 12 allreduces of 2 MiB queued while rank 1's
+// stream is held for 300 ms, with 8 MiB of staging per comm: the fifth waits for a block
+// to come free instead of pinning more; every result is right.
+TEST(GpuColls, StagingBackpressure) {
+  const int n = 2, k = 12;
+  const size_t count = 512 * 1024;
+  onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+    float* b;
+    CU(cudaMalloc(&b, count * 4 * k));
+    rankSync();
+    for (int i = 0; i < k; i++)
+      PC(papKernFillF32(b + count * i, count, (float)(rank + i), 0.0f, st));
+    if (rank == 1) {
+      PC(papKernSpinNs(300000000ull, st));
+    }
+    for (int i = 0; i < k; i++)
+      PC(papcclAllReduce(b + count * i, b + count * i, count, papcclFloat32, papcclSum, comm, st));
+    std::vector<float> out(count * k);
+    CU(cudaMemcpyAsync(out.data(), b, count * 4 * k, cudaMemcpyDeviceToHost, st));
+    CU(cudaStreamSynchronize(st));
+    size_t wrong = 0;
+    for (int i = 0; i < k; i++)
+      for (size_t j = 0; j < count; j++)
+        wrong += out[count * i + j] != (float)(2 * i + 1);
+    EXPECT_EQ(0u, wrong) << "rank " << rank;
+    rankSync();
     cudaFree(b);
   });
 }
@@ -393,6 +473,7 @@ TEST(GpuColls, ReportAllreduce) {
       onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
         float* b;
         CU(cudaMalloc(&b, count * 4));
+        rankSync();
         PC(papKernFillF32(b, count, 1.0f, 0.0f, st));
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
@@ -415,6 +496,7 @@ TEST(GpuColls, ReportAllreduce) {
         if (rank == 0) ms = mine;
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
+        rankSync();
         cudaFree(b);
       });
       std::sort(ms.begin(), ms.end());
@@ -504,6 +586,7 @@ int main(int argc, char** argv) {
   // rank thread that fails early must not leave the others waiting for 10 minutes.
   setenv("PAPCCL_DETERMINISTIC", "1", 0);
   setenv("PAPCCL_TIMEOUT_S", "120", 0);
+  setenv("PAPCCL_CUDA_STAGING_MB", "8", 0);  // small, so that the backpressure path runs
   if (const char* spec = getenv("PAPCCL_GPU_CHILD")) return childRank(spec);
   std::string why;
   if (!haveGpu(&why)) {
