@@ -202,6 +202,20 @@ void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int ra
   }
 }
 
+// k blocks of count floats, block i filled with rank + i on each of 2 ranks and summed:
+// every element of block i must be 2i + 1. Copies b back on st first.
+size_t wrongSums(const float* b, int k, size_t count, cudaStream_t st) {
+  std::vector<float> out(count * k);
+  if (cudaMemcpyAsync(out.data(), b, count * 4 * k, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+      cudaStreamSynchronize(st) != cudaSuccess)
+    return count * k;
+  size_t wrong = 0;
+  for (int i = 0; i < k; i++)
+    for (size_t j = 0; j < count; j++)
+      wrong += out[count * i + j] != (float)(2 * i + 1);
+  return wrong;
+}
+
 }  // namespace
 
 // Every collective x datatype x op on device buffers, 1 to 4 ranks (threads) on one GPU.
@@ -395,14 +409,7 @@ TEST(GpuColls, ManyOpsInOneGroup) {
     for (int i = 0; i < k; i++)
       PC(papcclAllReduce(b + count * i, b + count * i, count, papcclFloat32, papcclSum, comm, st));
     PC(papcclGroupEnd());
-    std::vector<float> out(count * k);
-    CU(cudaMemcpyAsync(out.data(), b, count * 4 * k, cudaMemcpyDeviceToHost, st));
-    CU(cudaStreamSynchronize(st));
-    int wrong = 0;
-    for (int i = 0; i < k; i++)
-      for (size_t j = 0; j < count; j++)
-        wrong += out[count * i + j] != (float)(2 * i + 1);
-    EXPECT_EQ(0, wrong) << "rank " << rank;
+    EXPECT_EQ(0u, wrongSums(b, k, count, st)) << "rank " << rank;
     rankSync();
     cudaFree(b);
   });
@@ -425,14 +432,7 @@ TEST(GpuColls, StagingBackpressure) {
     }
     for (int i = 0; i < k; i++)
       PC(papcclAllReduce(b + count * i, b + count * i, count, papcclFloat32, papcclSum, comm, st));
-    std::vector<float> out(count * k);
-    CU(cudaMemcpyAsync(out.data(), b, count * 4 * k, cudaMemcpyDeviceToHost, st));
-    CU(cudaStreamSynchronize(st));
-    size_t wrong = 0;
-    for (int i = 0; i < k; i++)
-      for (size_t j = 0; j < count; j++)
-        wrong += out[count * i + j] != (float)(2 * i + 1);
-    EXPECT_EQ(0u, wrong) << "rank " << rank;
+    EXPECT_EQ(0u, wrongSums(b, k, count, st)) << "rank " << rank;
     rankSync();
     cudaFree(b);
   });
