@@ -95,6 +95,8 @@ struct papDevStage {
   size_t bytes;
   cudaEvent_t done; /* recorded on the user's stream after the copies back */
   _Atomic int busy; /* set by the API thread, cleared by the progress thread */
+  void* ctx; /* the CUDA context it (and its event) belong to */
+  int poisoned; /* recording `done` failed: it cannot tell when the block is free again */
 };
 
 struct papDevState {
@@ -102,6 +104,7 @@ struct papDevState {
   unsigned long long wordsDev; /* their device address */
   uint64_t nextSeq; /* last arrival number handed out */
   struct papDevStage* stages; /* the pool */
+  void* ctx; /* the context the word page belongs to */
   size_t pinnedBytes; /* its size */
 };
 
@@ -115,6 +118,7 @@ struct spareWords {
   struct spareWords* next;
   uint64_t* words;
   unsigned long long wordsDev;
+  void* ctx;
 };
 static struct spareWords* spareWordPages;
 
@@ -244,22 +248,35 @@ static int onGpu(const void* p) {
  * context was current before (one made with cuCtxCreate too, or none). */
 struct devSaved {
   int switched;
+  int dev; /* the runtime's device before, or -1 */
   void* ctx;
 };
 
 static struct devSaved devEnter(const struct papComm* comm) {
-  struct devSaved sv = {0, NULL};
-  int cur = -1;
+  struct devSaved sv = {0, -1, NULL};
   if (comm->cudaDev < 0 || cuCtxCurrent == NULL || cuCtxSet == NULL) return sv;
-  if (cuCtxCurrent(&sv.ctx) != 0) return sv;
-  if (sv.ctx != NULL && cudaGetDevice(&cur) == cudaSuccess && cur == comm->cudaDev) return sv;
+  if (cuCtxCurrent(&sv.ctx) != 0 || cudaGetDevice(&sv.dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return sv;
+  }
+  if (sv.ctx != NULL && sv.dev == comm->cudaDev) return sv;
   if (cudaSetDevice(comm->cudaDev) == cudaSuccess) sv.switched = 1;
   (void)cudaGetLastError();
   return sv;
 }
 
 static void devLeave(struct devSaved sv) {
-  if (sv.switched) cuCtxSet(sv.ctx);
+  if (!sv.switched) return;
+  if (sv.dev >= 0) cudaSetDevice(sv.dev);
+  cuCtxSet(sv.ctx);
+  (void)cudaGetLastError();
+}
+
+/* The context current on this thread (blocks and pages are tagged with it). */
+static void* currentCtx(void) {
+  void* ctx = NULL;
+  if (cuCtxCurrent == NULL || cuCtxCurrent(&ctx) != 0) return NULL;
+  return ctx;
 }
 
 int papDeviceOpNeedsStream(struct papOpDesc* d) {
@@ -285,9 +302,16 @@ static papcclResult_t devStateGet(struct papComm* comm, struct papDevState** out
   if (comm->dev == NULL) {
     struct papDevState* st = NULL;
     PAP_CHECK(papCalloc(&st, 1));
+    void* ctx = currentCtx();
     pthread_mutex_lock(&spareLock);
-    struct spareWords* sw = spareWordPages;
-    if (sw) spareWordPages = sw->next;
+    struct spareWords* sw = NULL;
+    for (struct spareWords** pp = &spareWordPages; *pp; pp = &(*pp)->next) {
+      if ((*pp)->ctx == ctx) {
+        sw = *pp;
+        *pp = sw->next;
+        break;
+      }
+    }
     pthread_mutex_unlock(&spareLock);
     if (sw) { /* every stream has passed its old words (see papDeviceCommFree) */
       st->words = sw->words;
@@ -310,6 +334,7 @@ static papcclResult_t devStateGet(struct papComm* comm, struct papDevState** out
       st->words = (uint64_t*)words;
       st->wordsDev = (unsigned long long)(uintptr_t)dptr;
     }
+    st->ctx = ctx;
     memset(st->words, 0, DEV_WORDS * sizeof(uint64_t));
     comm->dev = st;
   }
@@ -330,7 +355,7 @@ static papcclResult_t stageAcquire(struct papComm* comm, struct papDevState* st,
   for (;;) {
     int anyBigEnough = 0;
     for (struct papDevStage* s = st->stages; s; s = s->next) {
-      if (s->bytes < bytes) continue;
+      if (s->bytes < bytes || s->poisoned) continue;
       anyBigEnough = 1;
       if (atomic_load_explicit(&s->busy, memory_order_acquire)) continue;
       cudaError_t q = cudaEventQuery(s->done);
@@ -357,14 +382,19 @@ static papcclResult_t stageAcquire(struct papComm* comm, struct papDevState* st,
     if (sleepNs < 1000000) sleepNs *= 2;
   }
   /* A spare block of a destroyed comm, or a new one. */
+  /* The smallest fitting spare of this context (its event belongs to it too). */
   struct papDevStage* s = NULL;
+  void* ctx = currentCtx();
   pthread_mutex_lock(&spareLock);
+  struct papDevStage** best = NULL;
   for (struct papDevStage** pp = &spareStages; *pp; pp = &(*pp)->next) {
-    if ((*pp)->bytes >= bytes && cudaEventQuery((*pp)->done) == cudaSuccess) {
-      s = *pp;
-      *pp = s->next;
-      break;
-    }
+    struct papDevStage* c = *pp;
+    if (c->ctx != ctx || c->bytes < bytes || (best && c->bytes >= (*best)->bytes)) continue;
+    if (cudaEventQuery(c->done) == cudaSuccess) best = pp;
+  }
+  if (best) {
+    s = *best;
+    *best = s->next;
   }
   (void)cudaGetLastError();
   pthread_mutex_unlock(&spareLock);
@@ -380,6 +410,7 @@ static papcclResult_t stageAcquire(struct papComm* comm, struct papDevState* st,
       free(s);
       return cudaFail("allocating pinned staging", err);
     }
+    s->ctx = ctx;
   }
   size_t sz = s->bytes;
   st->pinnedBytes += sz;
@@ -530,7 +561,7 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
   }
   if (res != papcclSuccess) {
     /* Copies into the block may be queued: it is free only after them. */
-    if (stage) (void)cudaEventRecord(stage->done, stream);
+    if (stage && cudaEventRecord(stage->done, stream) != cudaSuccess) stage->poisoned = 1;
     (void)cudaGetLastError();
     return res;
   }
@@ -547,8 +578,10 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
   }
   if (stage) {
     cudaError_t e = cudaEventRecord(stage->done, stream);
-    if (e != cudaSuccess && res == papcclSuccess)
-      res = cudaFail("cudaEventRecord after the copies back", e);
+    if (e != cudaSuccess) {
+      stage->poisoned = 1; /* never reused: nothing says when the stream is done with it */
+      if (res == papcclSuccess) res = cudaFail("cudaEventRecord after the copies back", e);
+    }
   }
   if (res == papcclSuccess) res = joinStreams(job->ops, nops, stream, 0);
   return res;
@@ -682,6 +715,11 @@ void papDeviceCommFree(struct papComm* comm) {
   while (st->stages) {
     struct papDevStage* s = st->stages;
     st->stages = s->next;
+    if (s->poisoned) { /* nothing says when its stream is done with it: leave it */
+      pending++;
+      free(s);
+      continue;
+    }
     if (cudaEventQuery(s->done) != cudaSuccess) pending++;
     atomic_store_explicit(&s->busy, 0, memory_order_relaxed);
     s->next = spareStages;
@@ -692,6 +730,7 @@ void papDeviceCommFree(struct papComm* comm) {
   if (pending == 0 && papCalloc(&sw, 1) == papcclSuccess) {
     sw->words = st->words;
     sw->wordsDev = st->wordsDev;
+    sw->ctx = st->ctx;
     sw->next = spareWordPages;
     spareWordPages = sw;
   }

@@ -115,6 +115,7 @@ class Barrier {
       gen_++;
       cv_.notify_all();
     } else if (!cv_.wait_for(lk, std::chrono::seconds(150), [&] { return gen != gen_; })) {
+      count_--;
       ADD_FAILURE() << "a rank thread did not reach the barrier (it failed earlier)";
     }
   }
@@ -188,7 +189,8 @@ void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int ra
     CU(cudaMemsetAsync(dr, 0, re * esz, st));
   }
   CU(cudaStreamSynchronize(st));
-  CU(cudaMemcpy(ds, in.data(), se * esz, cudaMemcpyHostToDevice));
+  CU(cudaMemcpyAsync(ds, in.data(), se * esz, cudaMemcpyHostToDevice, st));
+  CU(cudaStreamSynchronize(st));
   ASSERT_EQ(papcclSuccess, runColl(c, ds, dr, count, t, op, comm, st, rank, n))
       << papcclGetLastError(comm);
   CU(cudaStreamSynchronize(st));
@@ -398,7 +400,7 @@ TEST(GpuColls, GroupMixesHostDeviceAndStreams) {
 // 40 device collectives in one group on one comm: one job, one staging block.
 TEST(GpuColls, ManyOpsInOneGroup) {
   const int n = 2, k = 40;
-  const size_t count = 50000;  // 8 MB in all: more than PAPCCL_CUDA_STAGING_MB of this test
+  const size_t count = 60000;  // 9.6 MB in one job: more than PAPCCL_CUDA_STAGING_MB (8)
   onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
     float* b;
     CU(cudaMalloc(&b, count * 4 * k));
@@ -416,8 +418,8 @@ TEST(GpuColls, ManyOpsInOneGroup) {
 }
 
 // A caller running ahead of a late stream: 12 allreduces of 2 MiB queued while rank 1's
-// stream is held for 300 ms, with 8 MiB of staging per comm: the fifth waits for a block
-// to come free instead of pinning more; every result is right.
+// stream is held for 300 ms, with 8 MiB of staging per comm: past the budget the caller
+// waits for a block to come free instead of pinning more; every result is right.
 TEST(GpuColls, StagingBackpressure) {
   const int n = 2, k = 12;
   const size_t count = 512 * 1024;
