@@ -9,6 +9,7 @@
 #include "papccl.h"
 
 #define PAP_TRANSPORT_HANDLE_BYTES 128 /* listen handle swapped through the bootstrap */
+#define PAP_TRANSPORT_UCX_HANDLE_BYTES 4096 /* UCX worker addresses are bigger */
 
 enum papMemType {
   PAP_MEM_HOST = 0,
@@ -53,6 +54,11 @@ struct papRecvSink {
 
 struct papTransportOps {
   const char* name;
+  /* Someone must drive the backend even while no operation runs (it serves peers' remote
+   * atomics in software): the comm's progress thread does, sleeping in wait(). */
+  int idleProgress;
+  /* Bytes of the listen handle (0: PAP_TRANSPORT_HANDLE_BYTES). */
+  size_t handleBytes;
   /* Can this backend reach peer from rank (hostIds decide for shm)? */
   int (*canConnect)(const struct papTransportCtx* ctx, int peer);
   /* Creates the backend's state for this rank. */
@@ -95,8 +101,12 @@ struct papTransportOps {
 };
 
 extern const struct papTransportOps papTransportShm;
+#ifdef PAPCCL_HAVE_UCX
+extern const struct papTransportOps papTransportUcx;
+#endif
 
-/* Picks the backend for a peer: PAPCCL_TRANSPORT if set, else the first that canConnect. */
-const struct papTransportOps* papTransportSelect(const struct papTransportCtx* ctx, int peer);
+/* Picks the one backend that serves every peer of the comm: PAPCCL_TRANSPORT if set, else
+ * the first (shm, then ucx) that can reach all of them. NULL, with a WARN, if none can. */
+const struct papTransportOps* papTransportSelect(const struct papTransportCtx* ctx);
 
 #endif /* PAPCCL_TRANSPORT_TRANSPORT_H_ */

@@ -164,32 +164,24 @@ static papcclResult_t commSetup(struct papComm* comm) {
       .pids = comm->pids,
       .abortFlag = (const volatile int*)&comm->abortFlag,
   };
-  /* One backend serves every peer today (shm); the network backends of later work plug in
-   * here with a per-peer choice. */
-  comm->tops = &papTransportShm;
-  for (int p = 0; p < n; p++) {
-    if (p == comm->rank) continue;
-    const struct papTransportOps* t = papTransportSelect(&ctx, p);
-    if (t == NULL) {
-      res = papcclInvalidUsage;
-      goto out;
-    }
-    comm->tops = t;
+  /* One backend serves every peer: shm within a host, UCX when the ranks span hosts. */
+  comm->tops = papTransportSelect(&ctx);
+  if (comm->tops == NULL) {
+    res = papcclInvalidUsage;
+    goto out;
   }
+  const size_t hb = comm->tops->handleBytes ? comm->tops->handleBytes : PAP_TRANSPORT_HANDLE_BYTES;
   PAP_CHECK_GOTO(comm->tops->init(&ctx, &comm->tstate), res, out);
-  PAP_CHECK_GOTO(papCalloc(&handles, (size_t)n * PAP_TRANSPORT_HANDLE_BYTES), res, out);
-  PAP_CHECK_GOTO(
-      comm->tops->listen(comm->tstate, handles + (size_t)comm->rank * PAP_TRANSPORT_HANDLE_BYTES),
-      res, out);
-  PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, handles, PAP_TRANSPORT_HANDLE_BYTES), res, out);
+  PAP_CHECK_GOTO(papCalloc(&handles, (size_t)n * hb), res, out);
+  PAP_CHECK_GOTO(comm->tops->listen(comm->tstate, handles + (size_t)comm->rank * hb), res, out);
+  PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, handles, hb), res, out);
   for (int p = 0; p < n; p++) {
     if (p == comm->rank) continue;
     uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
     while (comm->conns[p] == NULL) {
       PAP_CHECK_GOTO(
-          comm->tops->connect(comm->tstate, p, handles + (size_t)p * PAP_TRANSPORT_HANDLE_BYTES,
-                              &comm->conns[p]),
-          res, out);
+          comm->tops->connect(comm->tstate, p, handles + (size_t)p * hb, &comm->conns[p]), res,
+          out);
       if (comm->conns[p] == NULL) {
         if (papNowNs() > deadline) {
           PAP_WARN("connecting to peer %d timed out", p);
@@ -254,6 +246,8 @@ papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueI
                        papParamTimeoutS(), &comm->bs);
   if (res == papcclSuccess) res = commSetup(comm);
   if (res == papcclSuccess) {
+    atomic_store_explicit(&comm->transportLive, 1, memory_order_release);
+    if (comm->tops->idleProgress) comm->tops->wake(comm->tstate); /* start serving it */
     atomic_store_explicit(&comm->asyncError, papcclSuccess, memory_order_release);
   } else {
     atomic_store_explicit(&comm->asyncError, res, memory_order_release);

@@ -43,6 +43,7 @@ struct papComm {
   _Atomic int activeCalls; /* API calls inside the comm; destroy waits for 0 */
   _Atomic int asyncError; /* first error of the progress thread or a failed op */
   _Atomic int pendingJobs; /* queued non-blocking jobs; GetAsyncError says InProgress */
+  _Atomic int transportLive; /* set once tops/tstate are up: the progress thread may drive them */
   _Atomic int pendingHostJobs; /* of those, all but device ops in stream order: InProgress */
   char lastError[512];
 

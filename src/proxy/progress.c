@@ -53,6 +53,15 @@ static void* progressMain(void* arg) {
       continue;
     }
     if (stop) break;
+    if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) &&
+        comm->tops->idleProgress) {
+      /* The backend serves peers (remote atomics) only while driven: sleep in it. Job
+       * submissions wake it too (papProgressSubmit). */
+      uint32_t ttok = comm->tops->waitToken(comm->tstate);
+      if (atomic_load_explicit(&comm->threadBell, memory_order_acquire) == tok)
+        comm->tops->wait(comm->tstate, ttok, 100000000ll);
+      continue;
+    }
     papFutexWait((uint32_t*)&comm->threadBell, tok, 1000000000ll);
   }
   return NULL;
@@ -92,6 +101,8 @@ papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job) {
   pthread_mutex_unlock(&comm->jobLock);
   atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);
   papFutexWakeAll((uint32_t*)&comm->threadBell);
+  if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && comm->tops->idleProgress)
+    comm->tops->wake(comm->tstate);
   return papcclInProgress;
 }
 
@@ -102,6 +113,8 @@ void papProgressStop(struct papComm* comm) {
   pthread_mutex_unlock(&comm->jobLock);
   atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);
   papFutexWakeAll((uint32_t*)&comm->threadBell);
+  if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && comm->tops->idleProgress)
+    comm->tops->wake(comm->tstate);
   pthread_join(comm->thread, NULL);
   comm->threadStarted = 0;
   /* Jobs never run (abort): drop them. */
