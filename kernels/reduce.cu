@@ -54,11 +54,31 @@ PAP_RED_TYPE_LIST(PAP_DEFINE_FN)
  * several blocks resident, and a block size every architecture since sm_35 runs at full
  * occupancy. */
 constexpr int kThreads = 256;
-/* The grid covers the work once up to this many blocks and then grid-strides. 1024 blocks of
- * 256 threads is at least a full wave on every current GPU (an H100's 132 SMs hold 8 such blocks
- * each, 1056 in all), and bounds the launch for huge counts, where a few loop trips per thread
- * cost nothing next to the memory traffic. */
-constexpr unsigned kMaxBlocks = 1024;
+/* The grid covers the work once up to one full wave of the current device (its SM count
+ * times the blocks of 256 threads an SM holds at once, 8 on every architecture since sm_70)
+ * and then grid-strides: more blocks would only queue behind the first wave, and for huge
+ * counts a few loop trips per thread cost nothing next to the memory traffic. The SM count
+ * is asked once per device; 1024 when it cannot be. */
+constexpr unsigned kBlocksPerSm = 8;
+constexpr int kMaxDevices = 64;
+unsigned gridCap() {
+  static unsigned cap[kMaxDevices]; /* 0: not asked yet (a benign race: same answer) */
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return 1024;
+  }
+  if (cap[dev] == 0) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        sms <= 0) {
+      (void)cudaGetLastError();
+      sms = 128;
+    }
+    cap[dev] = (unsigned)sms * kBlocksPerSm;
+  }
+  return cap[dev];
+}
 
 /* 16 bytes of elements, loaded and stored as one uint4 (ld/st.global.v4). */
 template <typename T>
@@ -148,7 +168,8 @@ extern "C" papcclResult_t papKernReduceLaunch(void* dst, const void* a, const vo
   size_t perPack = 16 / eltSize;
   size_t packs = (count + perPack - 1) / perPack;
   size_t blocks = (packs + kThreads - 1) / kThreads;
-  dim3 grid((unsigned)(blocks < kMaxBlocks ? blocks : kMaxBlocks));
+  const size_t maxBlocks = gridCap();
+  dim3 grid((unsigned)(blocks < maxBlocks ? blocks : maxBlocks));
   dim3 block(kThreads);
   void* args[] = {&dst, (void*)&a, (void*)&b, &count};
   cudaError_t err = cudaLaunchKernel(kernel, grid, block, args, 0, (cudaStream_t)stream);
@@ -230,7 +251,8 @@ extern "C" papcclResult_t papKernFillF32(float* p, size_t n, float value, float 
                                          struct CUstream_st* stream) {
   if (n == 0) return papcclSuccess;
   size_t blocks = (n + kThreads - 1) / kThreads;
-  fillF32Kernel<<<(unsigned)(blocks < kMaxBlocks ? blocks : kMaxBlocks), kThreads, 0,
+  const size_t maxBlocks = gridCap();
+  fillF32Kernel<<<(unsigned)(blocks < maxBlocks ? blocks : maxBlocks), kThreads, 0,
                   (cudaStream_t)stream>>>(p, n, value, step);
   return launched("fill kernel");
 }
