@@ -73,6 +73,7 @@ struct ucxState {
   int efd; /* the worker's event fd */
   int wakeFd; /* eventfd for wake() */
   _Atomic uint32_t bell;
+  _Atomic int sleepers; /* threads inside poll() in ucxWait */
   pthread_mutex_t reqLock;
   struct papReq* reqs; /* outstanding */
   struct papConn** conns; /* [nranks]; conns[rank] is the loopback to ourselves */
@@ -83,14 +84,25 @@ struct ucxState {
   ucp_rkey_h boardRkey;
 };
 
+/* Something changed for the threads of this rank: bump the bell, and if one sleeps in
+ * poll (another thread may have taken the worker's event), wake it through the eventfd. */
+static void ring(struct ucxState* st) {
+  atomic_fetch_add_explicit(&st->bell, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&st->sleepers, memory_order_seq_cst) > 0) {
+    uint64_t one = 1;
+    ssize_t n = write(st->wakeFd, &one, sizeof(one));
+    (void)n;
+  }
+}
+
 /* Completion callbacks ring the bell: a sleeper in ucxWait looks again. */
 static void sentCb(void* req, ucs_status_t status, void* user) {
   (void)req, (void)status;
-  atomic_fetch_add_explicit(&((struct ucxState*)user)->bell, 1, memory_order_seq_cst);
+  ring((struct ucxState*)user);
 }
 static void recvCb(void* req, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
   (void)req, (void)status, (void)info;
-  atomic_fetch_add_explicit(&((struct ucxState*)user)->bell, 1, memory_order_seq_cst);
+  ring((struct ucxState*)user);
 }
 
 static void reqTrack(struct ucxState* st, struct papReq* r) {
@@ -128,8 +140,7 @@ static int ucxCanConnect(const struct papTransportCtx* ctx, int peer) {
 static ucs_status_t amWake(void* arg, const void* header, size_t headerLen, void* data, size_t len,
                            const ucp_am_recv_param_t* param) {
   (void)header, (void)headerLen, (void)data, (void)len, (void)param;
-  struct ucxState* st = (struct ucxState*)arg;
-  atomic_fetch_add_explicit(&st->bell, 1, memory_order_seq_cst);
+  ring((struct ucxState*)arg);
   return UCS_OK;
 }
 
@@ -477,8 +488,11 @@ static void ucxWait(void* state, uint32_t token, int64_t timeoutNs) {
   }
   struct pollfd fds[2] = {{st->efd, POLLIN, 0}, {st->wakeFd, POLLIN, 0}};
   int ms = (int)((timeoutNs + 999999) / 1000000);
-  if (atomic_load_explicit(&st->bell, memory_order_acquire) == token) poll(fds, 2, ms);
-  if (fds[1].revents & POLLIN) {
+  atomic_fetch_add_explicit(&st->sleepers, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&st->bell, memory_order_seq_cst) == token) poll(fds, 2, ms);
+  /* The eventfd stays readable (level-triggered) until the last sleeper leaves, so every
+   * sleeper sees a ring; the last one resets it. */
+  if (atomic_fetch_sub_explicit(&st->sleepers, 1, memory_order_seq_cst) == 1) {
     uint64_t v;
     ssize_t n = read(st->wakeFd, &v, sizeof(v));
     (void)n;
