@@ -4,8 +4,10 @@
 #define PAPCCL_TESTS_GPU_GPU_COMMON_H_
 
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,6 +36,18 @@ inline std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
   for (auto& b : v)
     b = static_cast<uint8_t>(g());
   return v;
+}
+
+// main() of a GPU test binary: without a GPU it reports "skipped" to the test runner (exit
+// code 77, which meson shows as SKIP) and says why, instead of passing silently.
+inline int runGpuTests(int argc, char** argv) {
+  std::string why;
+  if (!haveGpu(&why)) {
+    printf("SKIP: %s\n", why.c_str());
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }
 
 }  // namespace papgpu

@@ -204,6 +204,18 @@ void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int ra
   }
 }
 
+// k blocks of count floats on the device, block i filled with rank + i on st; allocated
+// before a rankSync (no allocation while a peer's stream may be held). nullptr on failure.
+float* filledBlocks(int rank, int k, size_t count, cudaStream_t st) {
+  float* b = nullptr;
+  bool ok = cudaMalloc(&b, count * 4 * k) == cudaSuccess;
+  rankSync();
+  for (int i = 0; ok && i < k; i++)
+    ok = papKernFillF32(b + count * i, count, (float)(rank + i), 0.0f, st) == papcclSuccess;
+  EXPECT_TRUE(ok) << "rank " << rank << ": allocating or filling the blocks failed";
+  return ok ? b : nullptr;
+}
+
 // k blocks of count floats, block i filled with rank + i on each of 2 ranks and summed:
 // every element of block i must be 2i + 1. Copies b back on st first.
 size_t wrongSums(const float* b, int k, size_t count, cudaStream_t st) {
@@ -402,11 +414,8 @@ TEST(GpuColls, ManyOpsInOneGroup) {
   const int n = 2, k = 40;
   const size_t count = 60000;  // 9.6 MB in one job: more than PAPCCL_CUDA_STAGING_MB (8)
   onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
-    float* b;
-    CU(cudaMalloc(&b, count * 4 * k));
-    rankSync();
-    for (int i = 0; i < k; i++)
-      PC(papKernFillF32(b + count * i, count, (float)(rank + i), 0.0f, st));
+    float* b = filledBlocks(rank, k, count, st);
+    ASSERT_NE(nullptr, b);
     PC(papcclGroupStart());
     for (int i = 0; i < k; i++)
       PC(papcclAllReduce(b + count * i, b + count * i, count, papcclFloat32, papcclSum, comm, st));
@@ -424,11 +433,8 @@ TEST(GpuColls, StagingBackpressure) {
   const int n = 2, k = 12;
   const size_t count = 512 * 1024;
   onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
-    float* b;
-    CU(cudaMalloc(&b, count * 4 * k));
-    rankSync();
-    for (int i = 0; i < k; i++)
-      PC(papKernFillF32(b + count * i, count, (float)(rank + i), 0.0f, st));
+    float* b = filledBlocks(rank, k, count, st);
+    ASSERT_NE(nullptr, b);
     if (rank == 1) {
       PC(papKernSpinNs(300000000ull, st));
     }
@@ -590,11 +596,5 @@ int main(int argc, char** argv) {
   setenv("PAPCCL_TIMEOUT_S", "120", 0);
   setenv("PAPCCL_CUDA_STAGING_MB", "8", 0);  // small, so that the backpressure path runs
   if (const char* spec = getenv("PAPCCL_GPU_CHILD")) return childRank(spec);
-  std::string why;
-  if (!haveGpu(&why)) {
-    printf("SKIP: %s\n", why.c_str());
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return papgpu::runGpuTests(argc, argv);
 }
