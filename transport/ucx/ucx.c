@@ -74,6 +74,7 @@ struct ucxState {
   int wakeFd; /* eventfd for wake() */
   _Atomic uint32_t bell;
   _Atomic int sleepers; /* threads inside poll() in ucxWait */
+  _Atomic int poller; /* 1 while a thread has armed the worker and sleeps on its event fd */
   pthread_mutex_t reqLock;
   struct papReq* reqs; /* outstanding */
   struct papConn** conns; /* [nranks]; conns[rank] is the loopback to ourselves */
@@ -480,16 +481,35 @@ static void ucxWait(void* state, uint32_t token, int64_t timeoutNs) {
   ucxDrain(st); /* completions ring the bell */
   if (timeoutNs <= 0 || (st->abortFlag && *st->abortFlag)) return;
   if (atomic_load_explicit(&st->bell, memory_order_acquire) != token) return;
-  ucs_status_t s = ucp_worker_arm(st->worker);
-  if (s == UCS_ERR_BUSY) return; /* events are pending: go and look */
-  if (s != UCS_OK) {
-    ucxProgress(state);
-    return;
+  /* One thread at a time arms the worker and sleeps on its event fd (the poller); the
+   * others sleep on the eventfd only. Two threads arming and progressing one worker lose
+   * its edge-triggered events: a reply that one of them consumed while the other armed
+   * left the second asleep until its timeout. Whatever the poller's progress completes
+   * rings the bell, which wakes the others. */
+  int expected = 0;
+  int isPoller = atomic_compare_exchange_strong(&st->poller, &expected, 1);
+  if (isPoller) {
+    ucxDrain(st); /* nobody else progressed it while we were not the poller */
+    ucs_status_t s = atomic_load_explicit(&st->bell, memory_order_acquire) != token
+                         ? UCS_ERR_BUSY
+                         : ucp_worker_arm(st->worker);
+    if (s != UCS_OK) {
+      atomic_store_explicit(&st->poller, 0, memory_order_seq_cst);
+      ucxDrain(st); /* UCS_ERR_BUSY: events are pending; go and look */
+      return;
+    }
   }
-  struct pollfd fds[2] = {{st->efd, POLLIN, 0}, {st->wakeFd, POLLIN, 0}};
+  struct pollfd fds[2] = {{st->wakeFd, POLLIN, 0}, {st->efd, POLLIN, 0}};
   int ms = (int)((timeoutNs + 999999) / 1000000);
   atomic_fetch_add_explicit(&st->sleepers, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&st->bell, memory_order_seq_cst) == token) poll(fds, 2, ms);
+  if (atomic_load_explicit(&st->bell, memory_order_seq_cst) == token)
+    poll(fds, isPoller ? 2 : 1, ms);
+  if (isPoller) {
+    atomic_store_explicit(&st->poller, 0, memory_order_seq_cst);
+    ucxDrain(st);
+    /* Events that arrive from now on have no poller: hand the role to a sleeper. */
+    if (atomic_load_explicit(&st->sleepers, memory_order_seq_cst) > 1) ring(st);
+  }
   /* The eventfd stays readable (level-triggered) until the last sleeper leaves, so every
    * sleeper sees a ring; the last one resets it. */
   if (atomic_fetch_sub_explicit(&st->sleepers, 1, memory_order_seq_cst) == 1) {
@@ -497,7 +517,7 @@ static void ucxWait(void* state, uint32_t token, int64_t timeoutNs) {
     ssize_t n = read(st->wakeFd, &v, sizeof(v));
     (void)n;
   }
-  ucxProgress(state);
+  if (!isPoller) ucxProgress(state);
 }
 
 static void ucxWake(void* state) {
@@ -614,25 +634,35 @@ static void ucxClose(struct papConn* c) {
   free(c);
 }
 
+/* Is any request an aborted plan left behind still running? */
+static int reqsInProgress(struct ucxState* st) {
+  for (struct papReq* r = st->reqs; r; r = r->next)
+    if (r->ucpReq && ucp_request_check_status(r->ucpReq) == UCS_INPROGRESS) return 1;
+  return 0;
+}
+
 static void ucxFinalize(void* state) {
   struct ucxState* st = (struct ucxState*)state;
   if (st == NULL) return;
-  /* Requests an aborted plan left behind: cancel them before the worker goes. */
-  while (st->reqs) {
-    struct papReq* r = st->reqs;
-    if (r->ucpReq) {
-      ucp_request_cancel(st->worker, r->ucpReq);
-      ucp_worker_progress(st->worker);
-      ucp_request_free(r->ucpReq);
-      r->ucpReq = NULL;
-    }
-    reqRelease(r);
-  }
+  /* Requests an aborted plan left behind must complete before the worker goes (UCX keeps
+   * them in its pools otherwise): receives are cancelled, sends end with an error when the
+   * force-close of their endpoint below purges them. Then they are freed. */
+  for (struct papReq* r = st->reqs; r; r = r->next)
+    if (r->ucpReq && r->isRecv) ucp_request_cancel(st->worker, r->ucpReq);
   if (st->boardRkey) ucp_rkey_destroy(st->boardRkey);
   if (st->conns) {
     for (int p = 0; p < st->nranks; p++)
       if (st->conns[p]) ucxClose(st->conns[p]);
     free(st->conns);
+  }
+  uint64_t deadline = papNowNs() + 2000000000ull;
+  while (st->worker && reqsInProgress(st) && papNowNs() < deadline)
+    ucp_worker_progress(st->worker);
+  while (st->reqs) {
+    struct papReq* r = st->reqs;
+    if (r->ucpReq) ucp_request_free(r->ucpReq);
+    r->ucpReq = NULL;
+    reqRelease(r);
   }
   if (st->boardMem) ucp_mem_unmap(st->ctx, st->boardMem);
   if (st->wakeFd >= 0) close(st->wakeFd);
