@@ -220,6 +220,7 @@ out:
 
 /* Frees everything but the shell. Safe on a partly set up comm. */
 static void commTeardown(struct papComm* comm) {
+  papHierFree(comm, atomic_load_explicit(&comm->abortFlag, memory_order_acquire));
   papProgressStop(comm);
   papDeviceCommFree(comm);
   if (comm->engine.steps || comm->engine.lastSend) papEngineFree(&comm->engine);
@@ -248,6 +249,9 @@ papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueI
   if (res == papcclSuccess) {
     atomic_store_explicit(&comm->transportLive, 1, memory_order_release);
     if (comm->tops->idleProgress) comm->tops->wake(comm->tstate); /* start serving it */
+    res = papHierSetup(comm);
+  }
+  if (res == papcclSuccess) {
     atomic_store_explicit(&comm->asyncError, papcclSuccess, memory_order_release);
   } else {
     atomic_store_explicit(&comm->asyncError, res, memory_order_release);
@@ -451,9 +455,12 @@ PAPCCL_API papcclResult_t papcclCommFinalize(papcclComm_t comm) {
              papcclGetErrorString(res));
     goto out;
   }
-  pthread_mutex_lock(&comm->progressLock);
-  res = papBootstrapBarrier(comm->bs);
-  pthread_mutex_unlock(&comm->progressLock);
+  res = papHierFinalize(comm);
+  if (res == papcclSuccess) {
+    pthread_mutex_lock(&comm->progressLock);
+    res = papBootstrapBarrier(comm->bs);
+    pthread_mutex_unlock(&comm->progressLock);
+  }
   if (res != papcclSuccess) papCommSetError(comm, res);
   comm->finalized = 1;
 out:
@@ -478,6 +485,7 @@ PAPCCL_API papcclResult_t papcclCommAbort(papcclComm_t comm) {
   if (comm == NULL) return papcclSuccess; /* as NCCL */
   PAP_CHECK(papCommEnter(comm, "papcclCommAbort"));
   atomic_store_explicit(&comm->abortFlag, 1, memory_order_seq_cst);
+  papHierAbortFlags(comm); /* a hierarchical call in flight waits in an inner comm */
   papCommSetError(comm, papcclInvalidUsage);
   commRelease(comm);
   return papcclSuccess;
@@ -491,6 +499,7 @@ PAPCCL_API papcclResult_t papcclCommGetAsyncError(papcclComm_t comm, papcclResul
     res = papcclInvalidArgument;
   } else {
     int e = atomic_load_explicit(&comm->asyncError, memory_order_acquire);
+    if (e == papcclSuccess) e = papHierAsyncError(comm);
     /* Device ops queued in stream order are enqueued, not "in progress" (as NCCL's). */
     if (e == papcclSuccess && !comm->blocking &&
         atomic_load_explicit(&comm->pendingHostJobs, memory_order_acquire) > 0)
@@ -608,6 +617,11 @@ PAPCCL_API papcclResult_t papcclCommSplit(papcclComm_t comm, int color, int key,
     papLogSetContext(child->rank, child->lastError, sizeof(child->lastError));
     res = papBootstrapConnect(child->bs, members);
     if (res == papcclSuccess) res = commSetup(child);
+    if (res == papcclSuccess) {
+      atomic_store_explicit(&child->transportLive, 1, memory_order_release);
+      if (child->tops->idleProgress) child->tops->wake(child->tstate);
+      res = papHierSetup(child);
+    }
     papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
     if (res != papcclSuccess) goto out_child;
     child->cudaDev = comm->cudaDev;

@@ -78,6 +78,13 @@ struct papComm {
   _Atomic uint32_t threadBell; /* futex word for the idle progress thread */
   int threadStop;
 
+  /* Hierarchy (src/comm/hier.c): when the ranks span hosts and some host has several, the
+   * ranks of each host share hierLocal (shared memory) and the lowest rank of each host is
+   * in hierLeaders (the network); NULL otherwise. */
+  struct papComm* hierLocal;
+  struct papComm* hierLeaders; /* NULL on ranks that lead no host */
+  _Atomic uint64_t hierOps; /* allreduces that took the hierarchical path */
+
   struct papComm* tombNext;
   uint64_t magicTail;
 };
@@ -92,6 +99,18 @@ papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueI
 papcclResult_t papCommAllocShell(int rank, int nranks, const papcclConfig_t* config,
                                  struct papComm** commOut);
 void papCommFreeShell(struct papComm* comm);
+/* ---- Hierarchy (hier.c) ---------------------------------------------------------------- */
+/* Collective over comm, right after its transport is up: creates hierLocal/hierLeaders when
+ * the ranks span hosts and some host has more than one rank (and PAPCCL_HIER is not 0). */
+papcclResult_t papHierSetup(struct papComm* comm);
+/* Sets the abort flag of the inner communicators (before an abort waits for calls). */
+void papHierAbortFlags(struct papComm* comm);
+/* Destroys (abort: aborts) the inner communicators. */
+void papHierFree(struct papComm* comm, int abort);
+/* Collective flush of the inner communicators (papcclCommFinalize). */
+papcclResult_t papHierFinalize(struct papComm* comm);
+/* The first asynchronous error of an inner communicator, or papcclSuccess. */
+papcclResult_t papHierAsyncError(struct papComm* comm);
 
 /* Progress thread (src/proxy/progress.c). */
 struct papJob {

@@ -18,6 +18,8 @@
   X(RdMaxBytes, "PAPCCL_RD_MAX_BYTES", 4096, "rhd below this exchanges whole vectors") \
   X(PipelineDepth, "PAPCCL_PIPELINE_DEPTH", 256, "plan steps scanned ahead by the engine") \
   X(Pap, "PAPCCL_PAP", 1, "0 turns PAP-aware plans off (arrivals are still recorded)") \
+  X(Hier, "PAPCCL_HIER", 1, \
+    "1: allreduce across hosts goes through host leaders (0: one flat plan over the network)") \
   X(Deterministic, "PAPCCL_DETERMINISTIC", 0, \
     "1: allreduce bitwise identical whatever the arrivals") \
   X(PapReport, "PAPCCL_PAP_REPORT", 100, "collectives between PAP INFO summary lines (0: none)") \

@@ -58,7 +58,10 @@ static papcclResult_t collCommon(struct papOpDesc* d, const char* fn, int reduce
     d->onDevice = papDeviceOpNeedsStream(d);
     if (d->onDevice) PAP_CHECK_GOTO(papDeviceCheckStream(comm, d->stream), res, out);
   }
-  res = papEnqueue(d);
+  if (reduces && papHierApplies(d, op))
+    res = papHierAllReduce(d, op);
+  else
+    res = papEnqueue(d);
 out:
   papCommLeave(comm);
   return res;

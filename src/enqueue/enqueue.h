@@ -27,6 +27,10 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops);
 
 /* Group state (group.c). */
 int papGroupDepth(void);
+
+/* The hierarchical allreduce (src/comm/hier.c): does it serve this call, and run it. */
+int papHierApplies(const struct papOpDesc* d, papcclRedOp_t op);
+papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op);
 papcclResult_t papGroupAddOp(const struct papOpDesc* op);
 papcclResult_t papGroupAddInit(struct papComm* comm, const papcclUniqueId* id);
 

@@ -23,6 +23,7 @@
 
 #include "mp/harness.h"
 #include "perf/arrival.h"
+#include "shim/shim_comm.h"
 
 namespace papt {
 namespace {
@@ -136,14 +137,21 @@ enum class HostKind {
   kHostId
 };
 
-// ranks per host x hosts x forced allreduce algorithm ("" = the selector's choice) x kind
-using UcxParam = std::tuple<int, int, std::string, HostKind>;
+// The host of each rank ("0,1,0,1": ranks 0 and 2 on host 0), the forced allreduce
+// algorithm ("" = the selector's choice), PAPCCL_HIER, and how hosts are separated.
+using UcxParam = std::tuple<std::string, std::string, int, HostKind>;
 class UcxHosts : public Ucx, public ::testing::WithParamInterface<UcxParam> {};
+
+std::vector<int> HostLayout(const std::string& layout) {
+  std::vector<int> hostOf;
+  for (size_t i = 0; i < layout.size(); i++)
+    if (layout[i] != ',') hostOf.push_back(layout[i] - '0');
+  return hostOf;
+}
 
 // A child's communicator over UCX: its own host id, TCP only. With namespaces the child
 // enters its host's namespace first (before any library thread exists).
-papcclComm_t UcxComm(Rank& rk, int perHost, const NetnsHosts* ns = nullptr) {
-  int hostIdx = rk.rank / perHost;
+papcclComm_t UcxComm(Rank& rk, int hostIdx, const NetnsHosts* ns = nullptr) {
   std::string host = "ucx-test-host-" + std::to_string(hostIdx);
   if (ns) {
     EXPECT_TRUE(ns->Enter(hostIdx))
@@ -153,6 +161,7 @@ papcclComm_t UcxComm(Rank& rk, int perHost, const NetnsHosts* ns = nullptr) {
   }
   setenv("UCX_TLS", "tcp", 1);
   ScopedEnv hostId("PAPCCL_HOSTID", host);
+  papTestCommParamReset();  // the parent may have read PAPCCL_* before the test set them
   papcclComm_t comm = nullptr;
   EXPECT_EQ(papcclSuccess, papcclCommInitRank(&comm, rk.nranks, rk.id, rk.rank))
       << papcclGetLastError(nullptr);
@@ -160,11 +169,15 @@ papcclComm_t UcxComm(Rank& rk, int perHost, const NetnsHosts* ns = nullptr) {
 }
 
 TEST_P(UcxHosts, EveryCollectiveTypeOpAndPattern) {
-  const int perHost = std::get<0>(GetParam());
-  const int hosts = std::get<1>(GetParam());
-  const int n = perHost * hosts;
-  const std::string algo = std::get<2>(GetParam());
+  const std::vector<int> hostOf = HostLayout(std::get<0>(GetParam()));
+  const int n = (int)hostOf.size();
+  const int hosts = *std::max_element(hostOf.begin(), hostOf.end()) + 1;
+  const std::string algo = std::get<1>(GetParam());
+  const int hier = std::get<2>(GetParam());
   const bool netns = std::get<3>(GetParam()) == HostKind::kNetns;
+  // The hierarchy applies when some host has more than one rank.
+  const bool expectHier = hier && n > hosts;
+  ScopedEnv hierEnv("PAPCCL_HIER", hier ? "1" : "0");
   std::unique_ptr<NetnsHosts> ns;
   if (netns) {
     PAPT_NEED_NETNS();
@@ -183,7 +196,7 @@ TEST_P(UcxHosts, EveryCollectiveTypeOpAndPattern) {
   auto out = RunProcesses(
       n,
       [&](Rank& rk) {
-        rk.comm = UcxComm(rk, perHost, ns.get());
+        rk.comm = UcxComm(rk, hostOf[rk.rank], ns.get());
         ASSERT_NE(nullptr, rk.comm);
         uint32_t seed = 1;
         // Every collective x datatype x op (uneven counts, in and out of place, roots).
@@ -225,8 +238,16 @@ TEST_P(UcxHosts, EveryCollectiveTypeOpAndPattern) {
         papcclPapStats st;
         memset(&st, 0, sizeof(st));
         EXPECT_EQ(papcclSuccess, papcclCommGetPapStats(rk.comm, &st));
-        if (algo == "ac2s") {
+        if (algo == "ac2s" && !expectHier) {
           EXPECT_GT(st.papOps, 0u) << "no collective ran the PAP-aware plan over UCX";
+        }
+        // Every allreduce the hierarchy can serve took it (sum/prod/min/max outside groups:
+        // 4 of 5 ops per datatype, plus the pattern runs), or none when it is off.
+        int64_t hierOps = papTestCommHierOps(rk.comm);
+        if (expectHier) {
+          EXPECT_GE(hierOps, (int64_t)(4 * kAllTypes.size() + 8)) << "hierarchical allreduces";
+        } else {
+          EXPECT_EQ(-1, hierOps) << "a hierarchy was set up where none applies";
         }
         // Finalize first: rank 0 holds the arrival board the others still release.
         EXPECT_EQ(papcclSuccess, papcclCommFinalize(rk.comm)) << papcclGetLastError(rk.comm);
@@ -242,23 +263,27 @@ TEST_P(UcxHosts, EveryCollectiveTypeOpAndPattern) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hosts, UcxHosts,
-                         ::testing::Values(UcxParam{2, 2, "ac2s", HostKind::kNetns},
-                                           UcxParam{1, 3, "", HostKind::kNetns},
-                                           UcxParam{2, 2, "ac2s", HostKind::kHostId},
-                                           UcxParam{1, 3, "", HostKind::kHostId}),
+                         ::testing::Values(UcxParam{"0,0,1,1", "ac2s", 0, HostKind::kNetns},
+                                           UcxParam{"0,1,0,1,1", "", 1, HostKind::kNetns},
+                                           UcxParam{"0,1,2", "", 1, HostKind::kNetns},
+                                           UcxParam{"0,0,1,1", "", 1, HostKind::kHostId},
+                                           UcxParam{"0,1,2", "ac2s", 1, HostKind::kHostId}),
                          [](const ::testing::TestParamInfo<UcxParam>& i) {
+                           std::string layout;
+                           for (char ch : std::get<0>(i.param))
+                             layout += ch == ',' ? '_' : ch;
                            return std::string(std::get<3>(i.param) == HostKind::kNetns
                                                   ? "netns_"
                                                   : "hostid_") +
-                                  std::to_string(std::get<1>(i.param)) + "hostsX" +
-                                  std::to_string(std::get<0>(i.param)) + "ranks" +
-                                  (std::get<2>(i.param).empty() ? "" : "_" + std::get<2>(i.param));
+                                  "hosts" + layout + (std::get<2>(i.param) ? "_hier" : "_flat") +
+                                  (std::get<1>(i.param).empty() ? "" : "_" + std::get<1>(i.param));
                          });
 
 // A host whose process dies mid-run: the survivors fail with an error within the timeout
 // instead of hanging, and can destroy their communicators.
-TEST_F(Ucx, DeadPeerFailsCleanly) {
-  const int n = 3;
+// hostOf: the host of each rank; dead: the rank whose process exits.
+void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead) {
+  const int n = (int)hostOf.size();
   Options opt;
   opt.makeComm = false;
   opt.destroy = false;
@@ -267,29 +292,39 @@ TEST_F(Ucx, DeadPeerFailsCleanly) {
   auto out = RunProcesses(
       n,
       [&](Rank& rk) {
-        rk.comm = UcxComm(rk, 1);
+        rk.comm = UcxComm(rk, hostOf[rk.rank]);
         ASSERT_NE(nullptr, rk.comm);
         Case c;
         c.count = 100000;
         EXPECT_TRUE(RunCase(rk, c));
         ExpectWarn warned;  // the survivors log why they fail (the peer, then the board)
-        if (rk.rank == 1) _exit(0);  // the "host" goes away without a word
+        if (rk.rank == dead) _exit(0);  // the process goes away without a word
         std::vector<float> b(100000, 1.0f);
         double t0 = NowS();
         papcclResult_t r = papcclAllReduce(b.data(), b.data(), b.size(), papcclFloat32, papcclSum,
                                            rk.comm, nullptr);
         EXPECT_NE(papcclSuccess, r);
         EXPECT_LT(NowS() - t0, 60.0) << "the failure took longer than the timeout allows";
-        // Rank 0 holds the arrival board: it stays a moment so that the other survivor
-        // fails on the dead peer, not on a vanished board.
+        // Rank 0 holds the arrival board: it stays a moment so that the other survivors
+        // fail on the dead peer, not on a vanished board.
         if (rk.rank == 0) usleep(500000);
-        papcclCommAbort(rk.comm);
+        EXPECT_EQ(papcclSuccess, papcclCommAbort(rk.comm));
       },
       opt);
   for (const auto& o : out) {
-    if (o.rank == 1) continue;
+    if (o.rank == dead) continue;
     EXPECT_TRUE(o.exited && o.exitCode == 0) << "rank " << o.rank << " exit " << o.exitCode;
   }
+}
+
+TEST_F(Ucx, DeadPeerFailsCleanly) {
+  DeadPeerFailsCleanly({0, 1, 2}, 1);
+}
+
+// The same in a hierarchy (two hosts of two ranks): the dead rank's host mate fails in the
+// local step, the leaders in the network step, the other rank in the local broadcast.
+TEST_F(Ucx, DeadPeerInHierarchyFailsCleanly) {
+  DeadPeerFailsCleanly({0, 0, 1, 1}, 3);
 }
 
 // Takes this namespace's eth0 down, as a pulled cable would (the process is root there).
@@ -381,7 +416,7 @@ TEST_F(Ucx, CutLinkFailsCleanly) {
   auto out = RunProcesses(
       n,
       [&](Rank& rk) {
-        rk.comm = UcxComm(rk, 1, &ns);
+        rk.comm = UcxComm(rk, rk.rank, &ns);
         ASSERT_NE(nullptr, rk.comm);
         ExpectWarn warned;  // the ranks log why they fail
         const size_t count = 1 << 20;

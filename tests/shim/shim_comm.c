@@ -3,6 +3,7 @@
 #include "shim_comm.h"
 
 #include "bootstrap/bootstrap.h"
+#include "comm/comm.h"
 #include "kernels/kernels.h"
 #include "log.h"
 #include "param.h"
@@ -37,4 +38,10 @@ int papTestCommActiveRoots(void) {
 
 size_t papTestCommTypeSize(int datatype) {
   return papKernTypeSize((papcclDataType_t)datatype);
+}
+
+int64_t papTestCommHierOps(void* comm) {
+  struct papComm* c = (struct papComm*)comm;
+  if (c->hierLocal == NULL) return -1;
+  return (int64_t)atomic_load(&c->hierOps);
 }

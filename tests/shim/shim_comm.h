@@ -27,6 +27,9 @@ int64_t papTestCommParamRdMaxBytes(void);
 /* Bootstrap root service threads of this process still running. */
 int papTestCommActiveRoots(void);
 
+/* Allreduces comm ran through its host hierarchy; -1 when comm has no hierarchy. */
+int64_t papTestCommHierOps(void* comm);
+
 /* Bytes per element of a datatype as the library sees it (0 for an invalid type). */
 size_t papTestCommTypeSize(int datatype);
 

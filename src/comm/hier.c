@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Hierarchy across hosts: the node-leader scheme of PAP.md 3.3.
+ *
+ * When a communicator's ranks span hosts and some host holds several of them, two inner
+ * communicators are split off at init: hierLocal (the ranks of one host, over shared memory)
+ * and hierLeaders (the lowest rank of every host, over the network). An allreduce then runs
+ * as three collectives: a reduce to the host leader on hierLocal, an allreduce among the
+ * leaders on hierLeaders, and a broadcast from the leader on hierLocal. Each is an ordinary
+ * collective with its own PAP engine, so a host "arrives" on the leaders' board when its
+ * local reduction is done, and the PAP-aware plans move the network work to the hosts
+ * already there. Only one message per host crosses the network per chunk, instead of one
+ * per rank.
+ *
+ * The choice must be the same on every rank, so it depends only on what every rank sees
+ * alike: the op, the datatype, the count, the comm's configuration and whether the call is
+ * inside a group. Buffers may be host or device memory (the inner calls take the stream).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm/comm.h"
+#include "enqueue/enqueue.h"
+#include "log.h"
+#include "param.h"
+
+/* The lowest rank on r's host. */
+static int firstOfHost(const struct papComm* comm, int r) {
+  for (int q = 0; q < r; q++)
+    if (comm->hostIds[q] == comm->hostIds[r]) return q;
+  return r;
+}
+
+papcclResult_t papHierSetup(struct papComm* comm) {
+  int n = comm->nranks;
+  if (papParamHier() == 0 || n < 3 || comm->hostIds == NULL) return papcclSuccess;
+  /* Hosts in order of their lowest rank: my host's index, my index on it. */
+  int nhosts = 0, maxLocal = 0, myHost = 0, myLocal = 0;
+  int myFirst = firstOfHost(comm, comm->rank);
+  for (int r = 0; r < n; r++) {
+    int first = firstOfHost(comm, r);
+    if (first == r) {
+      nhosts++;
+      if (r < myFirst) myHost++;
+      int local = 0;
+      for (int q = r; q < n; q++)
+        local += comm->hostIds[q] == comm->hostIds[r];
+      if (local > maxLocal) maxLocal = local;
+    }
+    if (r < comm->rank && first == myFirst) myLocal++;
+  }
+  if (nhosts < 2 || maxLocal < 2) return papcclSuccess;
+  papcclConfig_t cfg = PAPCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 1; /* the three steps of a hierarchical call run one after the other */
+  papcclResult_t res = papcclCommSplit(comm, myHost, comm->rank, &comm->hierLocal, &cfg);
+  if (res == papcclSuccess)
+    res = papcclCommSplit(comm, myLocal == 0 ? 0 : PAPCCL_SPLIT_NOCOLOR, comm->rank,
+                          &comm->hierLeaders, &cfg);
+  papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
+  if (res != papcclSuccess) {
+    PAP_WARN("cannot set up the host hierarchy (%d hosts): %s", nhosts, papcclGetErrorString(res));
+    papHierFree(comm, 1);
+    return res;
+  }
+  PAP_INFO(PAP_LOG_INIT,
+           "hierarchy: %d hosts, up to %d ranks each; rank %d is local rank %d of host %d%s",
+           nhosts, maxLocal, comm->rank, myLocal, myHost, myLocal == 0 ? " (its leader)" : "");
+  return papcclSuccess;
+}
+
+void papHierAbortFlags(struct papComm* comm) {
+  struct papComm* inner[2] = {comm->hierLocal, comm->hierLeaders};
+  for (int i = 0; i < 2; i++) {
+    if (inner[i] == NULL) continue;
+    atomic_store_explicit(&inner[i]->abortFlag, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&inner[i]->transportLive, memory_order_acquire))
+      inner[i]->tops->wake(inner[i]->tstate);
+  }
+}
+
+void papHierFree(struct papComm* comm, int abort) {
+  struct papComm** inner[2] = {&comm->hierLeaders, &comm->hierLocal};
+  for (int i = 0; i < 2; i++) {
+    if (*inner[i] == NULL) continue;
+    if (abort)
+      papcclCommAbort(*inner[i]);
+    else
+      papcclCommDestroy(*inner[i]);
+    *inner[i] = NULL;
+  }
+}
+
+papcclResult_t papHierFinalize(struct papComm* comm) {
+  papcclResult_t res = papcclSuccess;
+  if (comm->hierLocal) res = papcclCommFinalize(comm->hierLocal);
+  if (res == papcclSuccess && comm->hierLeaders) res = papcclCommFinalize(comm->hierLeaders);
+  return res;
+}
+
+papcclResult_t papHierAsyncError(struct papComm* comm) {
+  struct papComm* inner[2] = {comm->hierLocal, comm->hierLeaders};
+  for (int i = 0; i < 2; i++) {
+    if (inner[i] == NULL) continue;
+    int e = atomic_load_explicit(&inner[i]->asyncError, memory_order_acquire);
+    if (e != papcclSuccess) return (papcclResult_t)e;
+  }
+  return papcclSuccess;
+}
+
+int papHierApplies(const struct papOpDesc* d, papcclRedOp_t op) {
+  const struct papComm* comm = d->comm;
+  if (comm->hierLocal == NULL || d->coll != PAP_COLL_ALLREDUCE || d->count == 0) return 0;
+  /* Non-blocking comms and groups need the whole call queued as one; averages and
+   * pre-multiplied sums would be scaled per level; deterministic mode fixes one order. */
+  if (!comm->blocking || papGroupDepth() > 0 || papParamDeterministic()) return 0;
+  return op == papcclSum || op == papcclProd || op == papcclMax || op == papcclMin;
+}
+
+/* Keeps the inner communicator's error text where the user will look for it. */
+static papcclResult_t innerResult(struct papComm* comm, struct papComm* inner, papcclResult_t res) {
+  if (res == papcclSuccess || res == papcclInProgress) return papcclSuccess;
+  papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
+  if (inner->lastError[0])
+    snprintf(comm->lastError, sizeof(comm->lastError), "%s", inner->lastError);
+  papCommSetError(comm, res);
+  return res;
+}
+
+papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op) {
+  struct papComm* comm = d->comm;
+  struct papComm* local = comm->hierLocal;
+  papcclResult_t res =
+      papcclReduce(d->sendbuff, d->recvbuff, d->count, d->dtype, op, 0, local, d->stream);
+  PAP_CHECK(innerResult(comm, local, res));
+  if (comm->hierLeaders) {
+    res = papcclAllReduce(d->recvbuff, d->recvbuff, d->count, d->dtype, op, comm->hierLeaders,
+                          d->stream);
+    PAP_CHECK(innerResult(comm, comm->hierLeaders, res));
+  }
+  res = papcclBroadcast(d->recvbuff, d->recvbuff, d->count, d->dtype, 0, local, d->stream);
+  PAP_CHECK(innerResult(comm, local, res));
+  atomic_fetch_add_explicit(&comm->hierOps, 1, memory_order_relaxed);
+  papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
+  return papcclSuccess;
+}
