@@ -25,14 +25,15 @@ struct papTransportCtx {
   const uint64_t* hostIds; /* [nranks]; peers with the same id share a host */
   const int* pids; /* [nranks]; process ids (same host only) */
   const volatile int* abortFlag; /* nonzero: give up waits */
+  int64_t spinNs; /* how long a wait may poll before it sleeps (0: the CPUs are shared) */
 };
 
 /* The PAP arrival board: PAP_BOARD_SLOTS slots of 64-bit words held by the home rank (rank 0)
  * and reached only through boardAtomic/notify, so a network backend can serve it with remote
- * atomics. Slot layout (src/pap/arrival.c): word, released, rank_at[N], t_arr[N], t_done[N]. */
+ * atomics. Slot layout (src/pap/arrival.c): word, released, rank_at[N], t_arr[N]. */
 #define PAP_BOARD_SLOTS 4
 static inline size_t papBoardWords(int nranks) {
-  return (size_t)PAP_BOARD_SLOTS * (2 + 3 * (size_t)nranks);
+  return (size_t)PAP_BOARD_SLOTS * (2 + 2 * (size_t)nranks);
 }
 enum papBoardOp {
   PAP_BOARD_LOAD = 0,
@@ -94,6 +95,10 @@ struct papTransportOps {
   /* One sequentially consistent operation on word idx of the arrival board. */
   papcclResult_t (*boardAtomic)(void* state, size_t idx, int op, uint64_t val, uint64_t cmp,
                                 uint64_t* oldOut);
+  /* Optional: reads count consecutive board words from idx into out, each word atomically
+   * (together they are no snapshot), in one round trip where the board is remote. NULL:
+   * the engine loads them one by one with boardAtomic. */
+  papcclResult_t (*boardRead)(void* state, size_t idx, size_t count, uint64_t* out);
   /* Rings peer's doorbell (its sleepers in wait() return). */
   void (*notify)(void* state, int peer);
   void (*close)(struct papConn* conn);

@@ -114,10 +114,9 @@ static uint64_t hashString(const char* s, uint64_t h) {
   return h;
 }
 
-/* Same value for every process of one host (boot instance + hostname). */
-static uint64_t localHostId(void) {
-  const char* force = papParamHostId();
-  if (force) return hashString(force, 1);
+/* Same value for every process of one machine (boot instance + hostname), whatever
+ * PAPCCL_HOSTID says: ranks that share CPUs. */
+static uint64_t machineId(void) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   uint64_t h = hashString(host, 7);
@@ -130,8 +129,16 @@ static uint64_t localHostId(void) {
   return h;
 }
 
+/* Same value for every process of one host: the machine, or PAPCCL_HOSTID. */
+static uint64_t localHostId(void) {
+  const char* force = papParamHostId();
+  if (force) return hashString(force, 1);
+  return machineId();
+}
+
 struct peerInfo {
   uint64_t hostId;
+  uint64_t machineId;
   int32_t pid;
   int32_t rank;
 };
@@ -144,6 +151,7 @@ static papcclResult_t commSetup(struct papComm* comm) {
   memcpy(comm->key, papBootstrapKey(comm->bs), sizeof(comm->key));
   PAP_CHECK(papCalloc(&info, (size_t)n));
   info[comm->rank].hostId = localHostId();
+  info[comm->rank].machineId = machineId();
   info[comm->rank].pid = (int32_t)getpid();
   info[comm->rank].rank = comm->rank;
   PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, info, sizeof(*info)), res, out);
@@ -156,6 +164,20 @@ static papcclResult_t commSetup(struct papComm* comm) {
     comm->hostIds[r] = info[r].hostId;
     comm->pids[r] = info[r].pid;
   }
+  {
+    /* Ranks on this machine (not host id: "hosts" made with PAPCCL_HOSTID or network
+     * namespaces may share the CPUs) against the CPUs we may run on. */
+    int nlocal = 0;
+    for (int r = 0; r < n; r++)
+      nlocal += info[r].machineId == info[comm->rank].machineId;
+    cpu_set_t set;
+    int ncpu = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    comm->oversubscribed = ncpu > 0 && nlocal > ncpu;
+    if (comm->oversubscribed)
+      PAP_INFO(PAP_LOG_INIT, "%d ranks on this machine's %d CPUs: waits sleep without spinning",
+               nlocal, ncpu);
+  }
   struct papTransportCtx ctx = {
       .rank = comm->rank,
       .nranks = n,
@@ -163,6 +185,7 @@ static papcclResult_t commSetup(struct papComm* comm) {
       .hostIds = comm->hostIds,
       .pids = comm->pids,
       .abortFlag = (const volatile int*)&comm->abortFlag,
+      .spinNs = comm->oversubscribed ? 0 : papParamSpinUs() * 1000,
   };
   /* One backend serves every peer: shm within a host, UCX when the ranks span hosts. */
   comm->tops = papTransportSelect(&ctx);
@@ -194,18 +217,6 @@ static papcclResult_t commSetup(struct papComm* comm) {
   }
   PAP_CHECK_GOTO(papBootstrapBarrier(comm->bs), res, out);
   PAP_CHECK_GOTO(comm->tops->ready(comm->tstate), res, out);
-  {
-    int nlocal = 0;
-    for (int r = 0; r < n; r++)
-      nlocal += comm->hostIds[r] == comm->hostIds[comm->rank];
-    cpu_set_t set;
-    int ncpu = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-    if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    comm->oversubscribed = ncpu > 0 && nlocal > ncpu;
-    if (comm->oversubscribed)
-      PAP_INFO(PAP_LOG_INIT, "%d local ranks on %d CPUs: waits sleep without spinning", nlocal,
-               ncpu);
-  }
   PAP_CHECK_GOTO(papEngineInit(&comm->engine, comm->rank, n, comm->tops, comm->tstate, comm->conns,
                                (const volatile int*)&comm->abortFlag),
                  res, out);

@@ -17,22 +17,29 @@
 #include "pap/pap.h"
 #include "param.h"
 
-/* Board word indices of slot s: word, released, rank_at[N], t_arr[N], t_done[N].
+/* Board word indices of slot s: word, released, rank_at[N], t_arr[N].
  * released = [gen:32 | ranks done reading the slot:32]. */
+#define SLOT_WORDS(n) (2 + 2 * (size_t)(n))
 static inline size_t slotBase(int n, int slot) {
-  return (size_t)slot * (2 + 3 * (size_t)n);
+  return (size_t)slot * SLOT_WORDS(n);
 }
 #define IDX_WORD(n, s) (slotBase(n, s))
 #define IDX_REL(n, s) (slotBase(n, s) + 1)
 #define IDX_RANKAT(n, s, p) (slotBase(n, s) + 2 + (size_t)(p))
 #define IDX_TARR(n, s, r) (slotBase(n, s) + 2 + (size_t)(n) + (size_t)(r))
-#define IDX_TDONE(n, s, r) (slotBase(n, s) + 2 + 2 * (size_t)(n) + (size_t)(r))
 
 static papcclResult_t bLoad(struct papComm* comm, size_t idx, uint64_t* v) {
   return comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_LOAD, 0, 0, v);
 }
 static papcclResult_t bStore(struct papComm* comm, size_t idx, uint64_t v) {
   return comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_STORE, v, 0, NULL);
+}
+/* count consecutive words from idx: one round trip where the backend can (remote boards). */
+static papcclResult_t bRead(struct papComm* comm, size_t idx, size_t count, uint64_t* out) {
+  if (comm->tops->boardRead) return comm->tops->boardRead(comm->tstate, idx, count, out);
+  for (size_t i = 0; i < count; i++)
+    PAP_CHECK(bLoad(comm, idx + i, &out[i]));
+  return papcclSuccess;
 }
 static papcclResult_t bCas(struct papComm* comm, size_t idx, uint64_t expect, uint64_t desired,
                            int* okOut) {
@@ -96,6 +103,7 @@ papcclResult_t papPapInit(struct papComm* comm) {
       papCalloc(&ps->ident, (size_t)n) != papcclSuccess ||
       papCalloc(&ps->order, (size_t)n) != papcclSuccess ||
       papCalloc(&ps->stamps, (size_t)n) != papcclSuccess ||
+      papCalloc(&ps->slotBuf, SLOT_WORDS(n)) != papcclSuccess ||
       papCalloc(&ps->sorted, (size_t)n) != papcclSuccess ||
       papCalloc(&ps->sumLate, (size_t)n) != papcclSuccess ||
       papCalloc(&ps->late, (size_t)n) != papcclSuccess) {
@@ -122,6 +130,7 @@ void papPapFree(struct papComm* comm) {
   free(ps->ident);
   free(ps->order);
   free(ps->stamps);
+  free(ps->slotBuf);
   free(ps->sorted);
   free(ps->sumLate);
   free(ps->late);
@@ -420,11 +429,15 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
   if (!PAP_W_COMMIT(w)) {
     if (a->pos == 0) {
       PAP_CHECK(decide(comm, op, deadline, &w));
-      /* Wake everyone who arrived before the commit. */
-      for (uint32_t p = 1; p < PAP_W_NE(w); p++) {
-        uint64_t v = 0;
-        PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, p), &v));
-        if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
+      /* Wake everyone who arrived before the commit (an entry not written yet belongs to a
+       * rank that reads the word after writing it, so it sees the commit anyway). */
+      uint32_t nE = PAP_W_NE(w);
+      if (nE > 1 && nE <= (uint32_t)n) {
+        uint64_t* buf = comm->pap->slotBuf;
+        PAP_CHECK(bRead(comm, IDX_RANKAT(n, a->slot, 1), nE - 1, buf));
+        for (uint32_t p = 0; p + 1 < nE; p++)
+          if ((uint32_t)(buf[p] >> 32) == a->gen)
+            comm->tops->notify(comm->tstate, (int)(uint32_t)buf[p] - 1);
       }
     } else {
       PAP_CHECK(awaitCommit(comm, op, deadline, &w));
@@ -441,8 +454,16 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
   op->owners = comm->pap->owners;
   if (algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET || algo == PAP_ALGO_SMALL ||
       algo == PAP_ALGO_PAP) {
-    for (int p = 0; p < nE; p++)
-      PAP_CHECK(rankAt(comm, a, p, &comm->pap->owners[p], deadline));
+    /* All positions in one read; an entry still being written is waited for alone. */
+    uint64_t* buf = comm->pap->slotBuf;
+    PAP_CHECK(bRead(comm, IDX_RANKAT(n, a->slot, 0), (size_t)nE, buf));
+    for (int p = 0; p < nE; p++) {
+      int r = (int)(uint32_t)buf[p] - 1;
+      if ((uint32_t)(buf[p] >> 32) == a->gen && r >= 0 && r < n)
+        comm->pap->owners[p] = r;
+      else
+        PAP_CHECK(rankAt(comm, a, p, &comm->pap->owners[p], deadline));
+    }
   }
   op->pred = -1;
   if (algo == PAP_ALGO_CHAIN && a->pos > 0)
@@ -500,27 +521,32 @@ static int papAlgoStatsId(int coll, int algo) {
   }
 }
 
-/* Reads every arrival of the op (order, stamps); 0 when the slot is incomplete or reused. */
+/* Reads every arrival of the op (order, stamps); 0 when the slot is incomplete or reused.
+ * The slot is read whole (one round trip on a remote board), again while an entry is still
+ * being written, then the word once more: a rank reusing the slot changes the word before
+ * it writes a stamp. */
 static int readArrivals(struct papComm* comm, const struct papArrival* a) {
   struct papPapState* ps = comm->pap;
   int n = comm->nranks;
-  uint64_t w = 0;
-  if (bLoad(comm, IDX_WORD(n, a->slot), &w) != papcclSuccess) return 0;
-  if (PAP_W_GEN(w) != a->gen || PAP_W_COUNT(w) != (uint32_t)n) return 0;
+  uint64_t* buf = ps->slotBuf;
+  int filled = 0;
+  for (int tries = 0; tries < 1000 && !filled; tries++) {
+    if (tries) sched_yield();
+    if (bRead(comm, IDX_WORD(n, a->slot), SLOT_WORDS(n), buf) != papcclSuccess) return 0;
+    if (PAP_W_GEN(buf[0]) != a->gen || PAP_W_COUNT(buf[0]) != (uint32_t)n) return 0;
+    filled = 1;
+    for (int p = 0; p < n && filled; p++)
+      filled = (uint32_t)(buf[2 + p] >> 32) == a->gen;
+  }
+  if (!filled) return 0;
   for (int p = 0; p < n; p++) {
-    uint64_t v = 0;
-    for (int tries = 0; tries < 1000; tries++) {
-      if (bLoad(comm, IDX_RANKAT(n, a->slot, p), &v) != papcclSuccess) return 0;
-      if ((uint32_t)(v >> 32) == a->gen) break;
-      sched_yield();
-    }
-    int r = (int)(uint32_t)v - 1;
-    if ((uint32_t)(v >> 32) != a->gen || r < 0 || r >= n) return 0;
+    int r = (int)(uint32_t)buf[2 + p] - 1;
+    if (r < 0 || r >= n) return 0;
     ps->order[p] = r;
   }
   for (int r = 0; r < n; r++)
-    if (bLoad(comm, IDX_TARR(n, a->slot, r), &ps->stamps[r]) != papcclSuccess) return 0;
-  /* A rank reusing the slot changes the word before it writes a stamp. */
+    ps->stamps[r] = buf[2 + n + r];
+  uint64_t w = 0;
   if (bLoad(comm, IDX_WORD(n, a->slot), &w) != papcclSuccess || PAP_W_GEN(w) != a->gen) return 0;
   return 1;
 }
@@ -566,7 +592,6 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
   if (!a->used || ps == NULL) return;
   int n = comm->nranks;
   uint64_t tDone = papNowNs();
-  (void)bStore(comm, IDX_TDONE(n, a->slot, comm->rank), tDone);
   papcclPapStats* st = &ps->st;
   st->ops++;
   st->lastSeq = op->seq;

@@ -58,6 +58,7 @@ struct papPapState {
   int32_t* ident; /* [nranks] 0..N-1: owners of plans that need no commit */
   int32_t* order; /* [nranks] scratch for statistics */
   uint64_t* stamps; /* [nranks] */
+  uint64_t* slotBuf; /* [2 + 2 nranks]: one slot of the board, read in one go */
   uint64_t* sorted; /* [nranks] */
   /* statistics (papcclPapStats) */
   papcclPapStats st;

@@ -68,6 +68,7 @@ struct ucxState {
   int rank;
   int nranks;
   const volatile int* abortFlag;
+  int64_t spinNs;
   ucp_context_h ctx;
   ucp_worker_h worker;
   int efd; /* the worker's event fd */
@@ -94,6 +95,23 @@ static void ring(struct ucxState* st) {
     ssize_t n = write(st->wakeFd, &one, sizeof(one));
     (void)n;
   }
+}
+
+/* The thread that holds the poller role of a worker (ucxWait), if this thread does. */
+static __thread struct ucxState* pollerOf;
+
+/* One pass of the worker by any thread. The poller sleeps on the worker's event fd, which
+ * signals only new events (edge-triggered): when another thread's pass consumed some, what
+ * that pass left behind would go unnoticed until the poller's timeout. So a pass that did
+ * work while someone else polls wakes the poller, which drains and re-arms. */
+static unsigned progressOnce(struct ucxState* st) {
+  unsigned n = ucp_worker_progress(st->worker);
+  if (n != 0 && pollerOf != st && atomic_load_explicit(&st->poller, memory_order_seq_cst)) {
+    uint64_t one = 1;
+    ssize_t w = write(st->wakeFd, &one, sizeof(one));
+    (void)w;
+  }
+  return n;
 }
 
 /* Completion callbacks ring the bell: a sleeper in ucxWait looks again. */
@@ -151,6 +169,7 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
   st->rank = ctx->rank;
   st->nranks = ctx->nranks;
   st->abortFlag = ctx->abortFlag;
+  st->spinNs = ctx->spinNs;
   st->efd = st->wakeFd = -1;
   pthread_mutex_init(&st->reqLock, NULL);
   papcclResult_t res = papcclSuccess;
@@ -427,7 +446,7 @@ static papcclResult_t ucxTest(struct papReq* r, int* doneOut, size_t* sizeOut) {
       s = ucp_request_check_status(r->ucpReq);
     }
     if (s != UCS_INPROGRESS) break;
-    if (round == 0) ucp_worker_progress(r->worker); /* requests complete only in progress */
+    if (round == 0) progressOnce(r->st); /* requests complete only in progress */
   }
   if (r->ucpReq != NULL) {
     if (s == UCS_INPROGRESS) return papcclSuccess;
@@ -452,7 +471,7 @@ static papcclResult_t ucxTest(struct papReq* r, int* doneOut, size_t* sizeOut) {
 /* Drives the worker until it has nothing more to do; returns how many events it handled. */
 static unsigned ucxDrain(struct ucxState* st) {
   unsigned total = 0, n;
-  while ((n = ucp_worker_progress(st->worker)) != 0)
+  while ((n = progressOnce(st)) != 0)
     total += n;
   return total;
 }
@@ -489,11 +508,13 @@ static void ucxWait(void* state, uint32_t token, int64_t timeoutNs) {
   int expected = 0;
   int isPoller = atomic_compare_exchange_strong(&st->poller, &expected, 1);
   if (isPoller) {
+    pollerOf = st;
     ucxDrain(st); /* nobody else progressed it while we were not the poller */
     ucs_status_t s = atomic_load_explicit(&st->bell, memory_order_acquire) != token
                          ? UCS_ERR_BUSY
                          : ucp_worker_arm(st->worker);
     if (s != UCS_OK) {
+      pollerOf = NULL;
       atomic_store_explicit(&st->poller, 0, memory_order_seq_cst);
       ucxDrain(st); /* UCS_ERR_BUSY: events are pending; go and look */
       return;
@@ -502,9 +523,14 @@ static void ucxWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct pollfd fds[2] = {{st->wakeFd, POLLIN, 0}, {st->efd, POLLIN, 0}};
   int ms = (int)((timeoutNs + 999999) / 1000000);
   atomic_fetch_add_explicit(&st->sleepers, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&st->bell, memory_order_seq_cst) == token)
+  /* A thread that sleeps on the eventfd alone needs a poller behind it: if the poller left
+   * meanwhile (it rings the sleepers it counts as it leaves; seq_cst on both sides, so one
+   * of us sees the other), do not sleep: come back and take the role. */
+  int covered = isPoller || atomic_load_explicit(&st->poller, memory_order_seq_cst);
+  if (covered && atomic_load_explicit(&st->bell, memory_order_seq_cst) == token)
     poll(fds, isPoller ? 2 : 1, ms);
   if (isPoller) {
+    pollerOf = NULL;
     atomic_store_explicit(&st->poller, 0, memory_order_seq_cst);
     ucxDrain(st);
     /* Events that arrive from now on have no poller: hand the role to a sleeper. */
@@ -538,11 +564,20 @@ static void* ucxStaging(void* state, int r, size_t* sizeOut) {
 static papcclResult_t ucxWaitRequest(struct ucxState* st, ucs_status_ptr_t req, const char* what) {
   if (req == NULL) return papcclSuccess;
   if (UCS_PTR_IS_ERR(req)) return ucxFail(what, UCS_PTR_STATUS(req));
-  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  uint64_t now = papNowNs();
+  uint64_t deadline = now + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  /* A reply usually comes within a network round trip: poll that long before sleeping (a
+   * wake-up from poll() costs more than the round trip itself). */
+  uint64_t spinUntil = st->spinNs > 0 ? now + (uint64_t)st->spinNs : 0;
   ucs_status_t s;
-  for (;;) {
+  for (unsigned i = 0;; i++) {
     uint32_t tok = atomic_load_explicit(&st->bell, memory_order_acquire);
     if ((s = ucp_request_check_status(req)) != UCS_INPROGRESS) break;
+    if (spinUntil && ((i & 15) != 15 || papNowNs() < spinUntil)) {
+      progressOnce(st);
+      continue;
+    }
+    spinUntil = 0;
     if ((st->abortFlag && *st->abortFlag) || papNowNs() > deadline) {
       ucp_request_cancel(st->worker, req);
       ucp_request_free(req);
@@ -598,6 +633,46 @@ static papcclResult_t ucxBoardAtomic(void* state, size_t idx, int op, uint64_t v
       ucp_atomic_op_nbx(st->conns[0]->ep, uop, &operand, 1, remote, st->boardRkey, &p);
   PAP_CHECK(ucxWaitRequest(st, req, "an arrival board atomic"));
   if (oldOut) *oldOut = reply;
+  return papcclSuccess;
+}
+
+/* Consecutive board words: fetch-and-add-0 atomics posted together and waited for
+ * together, so a read costs about one round trip. (An RMA get would be one message, but
+ * UCX serves gets over TCP far slower than atomics: milliseconds here.) */
+static papcclResult_t ucxBoardRead(void* state, size_t idx, size_t count, uint64_t* out) {
+  struct ucxState* st = (struct ucxState*)state;
+  if (st->conns[0] == NULL || st->boardRkey == NULL || idx + count > papBoardWords(st->nranks)) {
+    PAP_WARN("ucx: arrival board words %zu..%zu are out of reach", idx, idx + count);
+    return papcclInternalError;
+  }
+  enum {
+    BATCH = 32
+  };
+  ucs_status_ptr_t reqs[BATCH];
+  static const uint64_t zero = 0;
+  papcclResult_t res = papcclSuccess;
+  for (size_t base = 0; base < count; base += BATCH) {
+    size_t k = count - base < BATCH ? count - base : BATCH;
+    for (size_t i = 0; i < k; i++) {
+      ucp_request_param_t p;
+      memset(&p, 0, sizeof(p));
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER |
+                       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.datatype = ucp_dt_make_contig(sizeof(uint64_t));
+      p.cb.send = sentCb;
+      p.user_data = st;
+      p.reply_buffer = &out[base + i];
+      reqs[i] =
+          ucp_atomic_op_nbx(st->conns[0]->ep, UCP_ATOMIC_OP_ADD, &zero, 1,
+                            st->boardAddr + (idx + base + i) * sizeof(uint64_t), st->boardRkey, &p);
+    }
+    /* Every posted request is waited for (and freed), even after a failure. */
+    for (size_t i = 0; i < k; i++) {
+      papcclResult_t r = ucxWaitRequest(st, reqs[i], "an arrival board read");
+      if (res == papcclSuccess) res = r;
+    }
+    if (res != papcclSuccess) return res;
+  }
   return papcclSuccess;
 }
 
@@ -691,6 +766,7 @@ const struct papTransportOps papTransportUcx = {
     .wake = ucxWake,
     .staging = ucxStaging,
     .boardAtomic = ucxBoardAtomic,
+    .boardRead = ucxBoardRead,
     .notify = ucxNotify,
     .close = ucxClose,
     .finalize = ucxFinalize,
