@@ -3,11 +3,13 @@
 # all_reduce_perf between "hosts" (network namespaces on this machine, scripts/netns-hosts.sh)
 # over UCX, next to the transport's own limit measured in the same run over the same path:
 # ucx_perftest tag latency (8 B) and tag bandwidth (4 MiB) between host 0 and host 1. Then
-# the same all_reduce_perf with one late host (--arrival late --skew US).
+# the same all_reduce_perf with one late host (its ranks: --arrival late-k:L --skew US).
 #
-# usage: scripts/bench-hosts.sh [--hosts N] [--build DIR] [--skew US] [--iters N]
-#                               [--tls LIST] [--out DIR]
-#   --hosts N    hosts, one rank each (default 3)
+# usage: scripts/bench-hosts.sh [--hosts N] [--per-host L] [--build DIR] [--skew US]
+#                               [--iters N] [--tls LIST] [--out DIR]
+#   --hosts N    hosts (default 3)
+#   --per-host L ranks per host (default 1; above 1 the allreduce goes through host leaders
+#                unless PAPCCL_HIER=0 is in the environment)
 #   --build DIR  build directory with perf/all_reduce_perf (default build)
 #   --skew US    how late the last host is in the late run (default 5000)
 #   --iters N    timed iterations per size (default 20)
@@ -18,6 +20,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 hosts=3
+perhost=1
 build=build
 skew=5000
 iters=20
@@ -26,13 +29,14 @@ out=""
 while [ $# -gt 0 ]; do
   case "$1" in
   --hosts) hosts=$2 && shift 2 ;;
+  --per-host) perhost=$2 && shift 2 ;;
   --build) build=$2 && shift 2 ;;
   --skew) skew=$2 && shift 2 ;;
   --iters) iters=$2 && shift 2 ;;
   --tls) tls=$2 && shift 2 ;;
   --out) out=$2 && shift 2 ;;
   -h | --help)
-    sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -45,6 +49,11 @@ done
   echo "bench-hosts: --hosts wants 2 or more" >&2
   exit 2
 }
+[[ "$perhost" =~ ^[0-9]+$ ]] && [ "$perhost" -ge 1 ] || {
+  echo "bench-hosts: --per-host wants 1 or more" >&2
+  exit 2
+}
+nranks=$((hosts * perhost))
 cd "$ROOT"
 perfbin="$build/perf/all_reduce_perf"
 [ -x "$perfbin" ] || {
@@ -96,16 +105,19 @@ perftest() {
   awk '/^Final:/ {print $3, $6}' "$log"
 }
 
-# allreduce NAME ARGS...: one all_reduce_perf rank per host; rank 0's output is kept.
+# allreduce NAME ARGS...: all_reduce_perf with perhost ranks on each host (ranks
+# h*perhost .. h*perhost+perhost-1 on host h); rank 0's output is kept.
 allreduce() {
   local name=$1
   shift
   local pids=()
-  for ((h = 0; h < hosts; h++)); do
-    ip netns exec "$prefix-h$h" env PAPCCL_RANK="$h" PAPCCL_NRANKS="$hosts" PAPCCL_LOCAL_RANK=0 \
-      PAPCCL_COMM_ID="$(addr 0):29500" PAPCCL_HOSTID="$prefix-h$h" UCX_TLS="$tls" \
+  for ((r = 0; r < nranks; r++)); do
+    local h=$((r / perhost))
+    ip netns exec "$prefix-h$h" env PAPCCL_RANK="$r" PAPCCL_NRANKS="$nranks" \
+      PAPCCL_LOCAL_RANK=$((r % perhost)) PAPCCL_COMM_ID="$(addr 0):29500" \
+      PAPCCL_HOSTID="$prefix-h$h" UCX_TLS="$tls" \
       timeout 600 "$perfbin" -b 8 -e 64M -f 8 -n "$iters" -w 3 -c 1 "$@" \
-      >"$out/allreduce_${name}_rank$h.log" 2>&1 &
+      >"$out/allreduce_${name}_rank$r.log" 2>&1 &
     pids+=($!)
   done
   local rc=0
@@ -120,9 +132,10 @@ allreduce() {
 read -r lat _ < <(perftest tag_lat 8 20000)
 read -r _ bw < <(perftest tag_bw 4194304 200)
 allreduce balanced
-allreduce late --arrival late --skew "$skew"
+allreduce late --arrival "late-k:$perhost" --skew "$skew"
 
-echo "# $hosts hosts (network namespaces, veth + bridge), 1 rank each, UCX_TLS=$tls"
+echo "# $hosts hosts (network namespaces, veth + bridge), $perhost rank(s) each, UCX_TLS=$tls," \
+  "PAPCCL_HIER=${PAPCCL_HIER:-1}; late run: the last host ($perhost rank(s)) $skew us late"
 echo "# ucx_perftest host0->host1: tag_lat 8 B ${lat} us (median one-way), tag_bw 4 MiB ${bw} MB/s"
 echo "# all_reduce_perf float sum, out of place; time = rank 0's median per call (us)"
 printf '%12s %12s %12s %12s %12s %12s\n' bytes time_us busbw_GBs late_time late_tail \

@@ -6,11 +6,17 @@
 
 #include "log.h"
 #include "param.h"
+#ifdef PAPCCL_HAVE_IB
+#include "transport/ib/ib_parts.h"
+#endif
 
 static const struct papTransportOps* const registry[] = {
     &papTransportShm,
 #ifdef PAPCCL_HAVE_UCX
     &papTransportUcx,
+#endif
+#ifdef PAPCCL_HAVE_IB
+    &papTransportIb, /* after ucx: picked alone only without ucx; PAPCCL_TRANSPORT=ib forces */
 #endif
 };
 
@@ -37,5 +43,18 @@ const struct papTransportOps* papTransportSelect(const struct papTransportCtx* c
   else
     PAP_WARN("no transport can reach peer %d (another host, and no network backend built)",
              unreachable);
+  return NULL;
+}
+
+const struct papTransportOps* papTransportFallback(const struct papTransportCtx* ctx,
+                                                   const struct papTransportOps* failed) {
+  for (size_t i = 0; i < sizeof(registry) / sizeof(registry[0]); i++) {
+    const struct papTransportOps* ops = registry[i];
+    if (ops == failed) continue;
+    int all = 1;
+    for (int p = 0; p < ctx->nranks && all; p++)
+      all = p == ctx->rank || ops->canConnect(ctx, p);
+    if (all) return ops;
+  }
   return NULL;
 }

@@ -113,5 +113,9 @@ extern const struct papTransportOps papTransportUcx;
 /* Picks the one backend that serves every peer of the comm: PAPCCL_TRANSPORT if set, else
  * the first (shm, then ucx) that can reach all of them. NULL, with a WARN, if none can. */
 const struct papTransportOps* papTransportSelect(const struct papTransportCtx* ctx);
+/* When failed's init failed (no device, say): the first other backend, in registry order
+ * and whatever PAPCCL_TRANSPORT says, that reaches every peer; NULL if none. */
+const struct papTransportOps* papTransportFallback(const struct papTransportCtx* ctx,
+                                                   const struct papTransportOps* failed);
 
 #endif /* PAPCCL_TRANSPORT_TRANSPORT_H_ */

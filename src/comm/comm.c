@@ -193,8 +193,35 @@ static papcclResult_t commSetup(struct papComm* comm) {
     res = papcclInvalidUsage;
     goto out;
   }
+  res = comm->tops->init(&ctx, &comm->tstate);
+  if (res != papcclSuccess) {
+    /* A backend that cannot start here (ib without an RDMA device) hands over to the
+     * next one that reaches every peer. Every rank must end up on the same backend: the
+     * handle exchange below fails cleanly if they do not. */
+    const struct papTransportOps* next = papTransportFallback(&ctx, comm->tops);
+    if (next == NULL) goto out;
+    PAP_WARN("transport %s could not start; falling back to %s", comm->tops->name, next->name);
+    comm->tops = next;
+    PAP_CHECK_GOTO(comm->tops->init(&ctx, &comm->tstate), res, out);
+  }
+  {
+    /* Agree on the backend before swapping its handles. */
+    char(*names)[16] = NULL;
+    PAP_CHECK_GOTO(papCalloc(&names, (size_t)n), res, out);
+    snprintf(names[comm->rank], sizeof(names[0]), "%s", comm->tops->name);
+    res = papBootstrapAllGather(comm->bs, names, sizeof(names[0]));
+    for (int r = 0; r < n && res == papcclSuccess; r++) {
+      if (strncmp(names[r], comm->tops->name, sizeof(names[0])) == 0) continue;
+      PAP_WARN(
+          "rank %d uses transport %.15s, this rank %s: every rank needs the same one "
+          "(set PAPCCL_TRANSPORT alike everywhere)",
+          r, names[r], comm->tops->name);
+      res = papcclInvalidUsage;
+    }
+    free(names);
+    if (res != papcclSuccess) goto out;
+  }
   const size_t hb = comm->tops->handleBytes ? comm->tops->handleBytes : PAP_TRANSPORT_HANDLE_BYTES;
-  PAP_CHECK_GOTO(comm->tops->init(&ctx, &comm->tstate), res, out);
   PAP_CHECK_GOTO(papCalloc(&handles, (size_t)n * hb), res, out);
   PAP_CHECK_GOTO(comm->tops->listen(comm->tstate, handles + (size_t)comm->rank * hb), res, out);
   PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, handles, hb), res, out);
@@ -487,7 +514,9 @@ PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm) {
   /* Destroy is local, as NCCL's: programs that own several ranks destroy them one after the
    * other from one thread, so a barrier here would deadlock them. papcclCommFinalize is the
    * collective flush for those who want one. Nothing a peer does later can touch our memory:
-   * every message to us belonged to an operation we completed. */
+   * every message to us belonged to an operation we completed. The one exception is rank
+   * 0's arrival board on a network backend: peers still finishing a collective need it. */
+  if (comm->pap) papPapDrainBoard(comm);
   commRelease(comm);
   return res;
 }

@@ -33,15 +33,25 @@
   X(CudaStagingMb, "PAPCCL_CUDA_STAGING_MB", 1024, \
     "device ops: pinned staging per comm (MiB) past which callers wait for a free block") \
   X(CudaMemops, "PAPCCL_CUDA_MEMOPS", 1, \
-    "device ops: 1 stream memory operations for arrival/wait, 0 one-thread kernels")
+    "device ops: 1 stream memory operations for arrival/wait, 0 one-thread kernels") \
+  X(IbGidIndex, "PAPCCL_IB_GID_INDEX", -1, \
+    "ib: GID index (-1: a RoCE v2 GID on Ethernet ports, 0 on InfiniBand)") \
+  X(IbMrCache, "PAPCCL_IB_MR_CACHE", 64, \
+    "ib: idle memory registrations kept (0: register per message)") \
+  X(IbBufSize, "PAPCCL_IB_BUF_SIZE", 16384, "ib: bytes per eager bounce buffer") \
+  X(IbNbufs, "PAPCCL_IB_NBUFS", 8, "ib: eager buffers (credits) per peer") \
+  X(IbRdmaMin, "PAPCCL_IB_RDMA_MIN", 65536, \
+    "ib: larger messages are RDMA-written into the receiver's buffer") \
+  X(IbTimeout, "PAPCCL_IB_TIMEOUT", 18, "ib: QP ack timeout exponent (4.096 us x 2^n, 7 retries)")
 
 /* X(getter, env name, default, doc). String parameters (NULL default = unset). */
 #define PAP_PARAM_STR_LIST(X) \
   X(Algo, "PAPCCL_ALGO", NULL, "force an allreduce algorithm: ring, rhd, ac2s, chain or small") \
   X(CommId, "PAPCCL_COMM_ID", NULL, "host:port of the bootstrap root (launchers set it)") \
   X(SocketIfname, "PAPCCL_SOCKET_IFNAME", NULL, "interface for bootstrap sockets") \
-  X(Transport, "PAPCCL_TRANSPORT", NULL, "force a transport by name (shm)") \
-  X(HostId, "PAPCCL_HOSTID", NULL, "override the host id (forces the network path in tests)")
+  X(Transport, "PAPCCL_TRANSPORT", NULL, "force a transport by name (shm, ucx, ib)") \
+  X(HostId, "PAPCCL_HOSTID", NULL, "override the host id (forces the network path in tests)") \
+  X(IbHca, "PAPCCL_IB_HCA", NULL, "ib: device[:port] (default: the first with an active port)")
 
 #define PAP_PARAM_DECL_INT(getter, env, def, doc) int64_t papParam##getter(void);
 #define PAP_PARAM_DECL_STR(getter, env, def, doc) const char* papParam##getter(void);

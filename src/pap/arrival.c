@@ -270,7 +270,8 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
       if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
     }
   }
-  /* A plan every rank chooses alone reads nothing more from the slot. */
+  /* A plan every rank chooses alone reads nothing more from the slot (the statistics of
+   * papPapComplete read it only while its generation is still there). */
   if (!decided) PAP_CHECK(releaseSlot(comm, a));
   return papcclSuccess;
 }
@@ -468,8 +469,8 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
   op->pred = -1;
   if (algo == PAP_ALGO_CHAIN && a->pos > 0)
     PAP_CHECK(rankAt(comm, a, a->pos - 1, &op->pred, deadline));
-  /* A chain rank still reads its successor's entry (papPapExtend); others are done. */
-  if (algo != PAP_ALGO_CHAIN || a->pos == n - 1) PAP_CHECK(releaseSlot(comm, a));
+  /* The slot is released at completion, after the statistics are read from it
+   * (papPapComplete): until then rank 0 keeps the board (papPapDrainBoard). */
   a->tPlan = papNowNs();
   PAP_TRACE(PAP_LOG_PAP, "collective #%llu: rank %d arrived at position %d; %s with %d early",
             (unsigned long long)op->seq, comm->rank, a->pos, papAlgoName((enum papAlgo)algo), nE);
@@ -494,7 +495,6 @@ papcclResult_t papPapExtend(struct papComm* comm, int* progressed) {
     return papcclInternalError;
   }
   comm->pap->chain = NULL;
-  PAP_CHECK(releaseSlot(comm, &c->op->arr));
   PAP_CHECK(papAllReduceChainFinish(e, c, succ));
   *progressed = 1;
   return papcclSuccess;
@@ -605,7 +605,12 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
     st->papOps++;
     ps->reportPap++;
   }
-  st->lastComplete = readArrivals(comm, a);
+  /* An op whose plan every rank chose alone released its slot at arrival (a group may
+   * hold more collectives than there are slots); over a network its slot may be reused or
+   * gone (rank 0 destroyed) by now, so only ops with a commit read it back there. */
+  int readable = a->decided || !comm->tops->idleProgress;
+  st->lastComplete = readable && readArrivals(comm, a);
+  (void)releaseSlot(comm, a);
   for (int i = 0; i < PAPCCL_PAP_STATS_MAX_RANKS; i++) {
     st->lastOrder[i] = -1;
     st->lastLatenessUs[i] = 0;
@@ -700,4 +705,39 @@ PAPCCL_API papcclResult_t papcclCommGetPapStats(papcclComm_t comm, papcclPapStat
   pthread_mutex_unlock(&comm->progressLock);
   papCommLeave(comm);
   return papcclSuccess;
+}
+
+/* Rank 0 serves the board; over a network backend it is gone with rank 0's communicator.
+ * A rank may finish a collective before its peers have even arrived (the root of a
+ * broadcast needs no one), so before rank 0 lets go of the board it waits, bounded by the
+ * timeout, until every rank has released the slots of the last collectives. Skipped after
+ * an error or an abort: then the peers fail anyway. */
+void papPapDrainBoard(struct papComm* comm) {
+  int n = comm->nranks;
+  if (comm->rank != 0 || n < 2 || n > 0xffff || comm->tstate == NULL ||
+      comm->tops->boardAtomic == NULL || !comm->tops->idleProgress)
+    return;
+  if (atomic_load_explicit(&comm->asyncError, memory_order_acquire) != papcclSuccess ||
+      atomic_load_explicit(&comm->abortFlag, memory_order_acquire))
+    return;
+  uint64_t end = comm->collSeq;
+  uint64_t start = end > PAP_BOARD_SLOTS ? end - PAP_BOARD_SLOTS : 0;
+  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  for (uint64_t k = start; k < end; k++) {
+    size_t ri = IDX_REL(n, (int)(k % PAP_BOARD_SLOTS));
+    uint64_t want = ((uint64_t)genOf(k) << 32) | (uint32_t)n;
+    for (;;) {
+      uint32_t tok = comm->tops->waitToken(comm->tstate);
+      uint64_t rel = 0;
+      if (bLoad(comm, ri, &rel) != papcclSuccess || rel == want) break;
+      if (papNowNs() > deadline || atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
+        PAP_WARN(
+            "destroy: a rank never finished collective #%llu; it will fail on the arrival "
+            "board, which goes with rank 0",
+            (unsigned long long)k);
+        return;
+      }
+      comm->tops->wait(comm->tstate, tok, 1000000);
+    }
+  }
 }

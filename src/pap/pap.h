@@ -87,6 +87,9 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op);
 papcclResult_t papPapExtend(struct papComm* comm, int* progressed);
 /* Completion: stamps, statistics, selector. */
 void papPapComplete(struct papComm* comm, struct papOpDesc* op);
+/* Destroy on rank 0 of a network board: waits (bounded) until every rank released the
+ * slots of the last collectives. */
+void papPapDrainBoard(struct papComm* comm);
 
 /* Selector (select.c). */
 struct papSelChoice {

@@ -281,6 +281,59 @@ INSTANTIATE_TEST_SUITE_P(Hosts, UcxHosts,
 
 // A host whose process dies mid-run: the survivors fail with an error within the timeout
 // instead of hanging, and can destroy their communicators.
+#ifdef PAPCCL_HAVE_IB
+// PAPCCL_TRANSPORT=ib on hosts without an RDMA device (this machine): every rank's ib init
+// fails with one line, the comm falls back to ucx and works.
+TEST_F(Ucx, ForcedIbFallsBackToUcx) {
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  ScopedEnv force("PAPCCL_TRANSPORT", "ib");
+  auto out = RunProcesses(
+      2,
+      [&](Rank& rk) {
+        ExpectWarn fallback({"no RDMA device found", "falling back to ucx"});
+        rk.comm = UcxComm(rk, rk.rank);
+        ASSERT_NE(nullptr, rk.comm);
+        EXPECT_EQ(2, fallback.Count()) << "one line from ib, one for the fallback";
+        Case c;
+        c.count = 70001;
+        EXPECT_TRUE(RunCase(rk, c));
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      opt);
+  ExpectAllSucceeded(out, "forced ib falls back to ucx");
+}
+#endif
+
+// Destroy is local, and a root can finish a broadcast before the others arrive. Over a
+// network the arrival board goes with rank 0's communicator, so rank 0 destroying right
+// after its broadcast must not make the late ranks' broadcast fail.
+TEST_F(Ucx, RootDestroysFirst) {
+  const int n = 3;
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  opt.deadlineS = 120;
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", "30");
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, rk.rank);
+        ASSERT_NE(nullptr, rk.comm);
+        std::vector<float> b(256, rk.rank == 0 ? 7.0f : 0.0f);
+        if (rk.rank != 0) usleep(300000);  // rank 0 is done and gone before these arrive
+        EXPECT_EQ(papcclSuccess,
+                  papcclBroadcast(b.data(), b.data(), b.size(), papcclFloat32, 0, rk.comm, nullptr))
+            << papcclGetLastError(rk.comm);
+        EXPECT_EQ(7.0f, b[0]);
+        EXPECT_EQ(7.0f, b[255]);
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      opt);
+  ExpectAllSucceeded(out, "root destroys first");
+}
+
 // hostOf: the host of each rank; dead: the rank whose process exits.
 void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead) {
   const int n = (int)hostOf.size();

@@ -12,34 +12,14 @@
 
 #include "papccl.h"
 #include "shim/shim_comm.h"
+#include "unit/warn_test.h"
 
 extern "C" int papTestHeaderC99Probe(void);
 
 namespace {
 
-// Records every WARN of the library while a test runs; a WARN that no test expected fails it.
-class Api : public ::testing::Test {
+class Api : public WarnRecordingTest {
  protected:
-  void SetUp() override {
-    papTestCommSetWarnHook(&Api::Hook, this);
-  }
-  void TearDown() override {
-    papTestCommSetWarnHook(nullptr, nullptr);
-    for (const auto& m : warns_)
-      ADD_FAILURE() << "unexpected WARN: " << m;
-  }
-  static void Hook(const char* msg, void* arg) {
-    Api* self = static_cast<Api*>(arg);
-    std::lock_guard<std::mutex> lock(self->mu_);
-    self->warns_.push_back(msg ? msg : "");
-  }
-  // Takes the WARNs logged so far (they are then expected).
-  std::vector<std::string> Take() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::string> out;
-    out.swap(warns_);
-    return out;
-  }
   // Expects exactly one WARN since the last Take, naming `what`, and the thread's last
   // error naming it too.
   void ExpectOneWarn(const std::string& what, const char* call) {
@@ -50,8 +30,6 @@ class Api : public ::testing::Test {
     ASSERT_NE(nullptr, last);
     EXPECT_NE(nullptr, strstr(last, what.c_str())) << call << ": last error '" << last << "'";
   }
-  std::mutex mu_;
-  std::vector<std::string> warns_;
 };
 
 #define EXPECT_BAD_NOCOMM(code, what, call) \
