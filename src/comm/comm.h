@@ -76,6 +76,7 @@ struct papComm {
   struct papJob* jobHead;
   struct papJob* jobTail;
   _Atomic uint32_t threadBell; /* futex word for the idle progress thread */
+  _Atomic int driving; /* threads running operations: they drive the transport meanwhile */
   int threadStop;
 
   /* Hierarchy (src/comm/hier.c): when the ranks span hosts and some host has several, the
@@ -131,6 +132,12 @@ enum {
 papcclResult_t papProgressStart(struct papComm* comm);
 papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job);
 void papProgressStop(struct papComm* comm);
+/* Around an operation's run. While one runs, its thread drives the transport and the
+ * progress thread stays out of the backend: two threads in one UCX worker take each
+ * other's events and wake each other up without end. After the last one, the progress
+ * thread serves the backend again (remote atomics on rank 0's board). */
+void papProgressUserEnter(struct papComm* comm);
+void papProgressUserLeave(struct papComm* comm);
 
 /* Sleeps until the progress thread has run every queued job. */
 void papCommWaitPendingJobs(struct papComm* comm);

@@ -251,8 +251,10 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
     comms[ncomms++] = ops[i].comm;
   }
   int locked = 0;
-  for (int c = 0; c < ncomms; c++, locked++)
+  for (int c = 0; c < ncomms; c++, locked++) {
     pthread_mutex_lock(&comms[c]->progressLock);
+    papProgressUserEnter(comms[c]);
+  }
   for (int i = 0; i < nops; i++)
     PAP_CHECK_GOTO(prepareOp(&ops[i]), res, out);
   for (int c = 0; c < ncomms; c++) {
@@ -283,8 +285,10 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
 out:
   for (int i = 0; i < nops; i++)
     finishOp(&ops[i], res);
-  for (int c = 0; c < locked; c++)
+  for (int c = 0; c < locked; c++) {
+    papProgressUserLeave(comms[c]);
     pthread_mutex_unlock(&comms[c]->progressLock);
+  }
   if (comms != stackComms) free(comms);
   return res;
 }

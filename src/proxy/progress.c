@@ -54,7 +54,8 @@ static void* progressMain(void* arg) {
     }
     if (stop) break;
     if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) &&
-        comm->tops->idleProgress) {
+        comm->tops->idleProgress &&
+        atomic_load_explicit(&comm->driving, memory_order_seq_cst) == 0) {
       /* The backend serves peers (remote atomics) only while driven: sleep in it. Job
        * submissions wake it too (papProgressSubmit). */
       uint32_t ttok = comm->tops->waitToken(comm->tstate);
@@ -65,6 +66,22 @@ static void* progressMain(void* arg) {
     papFutexWait((uint32_t*)&comm->threadBell, tok, 1000000000ll);
   }
   return NULL;
+}
+
+void papProgressUserEnter(struct papComm* comm) {
+  atomic_fetch_add_explicit(&comm->driving, 1, memory_order_seq_cst);
+  /* The progress thread may sleep in the backend as its poller: send it out. */
+  if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && comm->tops->idleProgress)
+    comm->tops->wake(comm->tstate);
+}
+
+void papProgressUserLeave(struct papComm* comm) {
+  if (atomic_fetch_sub_explicit(&comm->driving, 1, memory_order_seq_cst) != 1) return;
+  if (!atomic_load_explicit(&comm->transportLive, memory_order_acquire) ||
+      !comm->tops->idleProgress)
+    return;
+  atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);
+  papFutexWakeAll((uint32_t*)&comm->threadBell);
 }
 
 papcclResult_t papProgressStart(struct papComm* comm) {

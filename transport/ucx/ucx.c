@@ -77,6 +77,10 @@ struct ucxState {
   _Atomic int sleepers; /* threads inside poll() in ucxWait */
   _Atomic int poller; /* 1 while a thread has armed the worker and sleeps on its event fd */
   pthread_mutex_t reqLock;
+  /* Serializes every call into the worker. UCX's own multi-thread lock spins: with more
+   * threads than CPUs its holder gets preempted and the waiter burns its time slice
+   * (stalls of several ms per call); this one sleeps. Never held across poll(). */
+  pthread_mutex_t wlock;
   struct papReq* reqs; /* outstanding */
   struct papConn** conns; /* [nranks]; conns[rank] is the loopback to ourselves */
   /* The arrival board: rank 0 maps it; every rank reaches it through conns[0]. */
@@ -105,7 +109,9 @@ static __thread struct ucxState* pollerOf;
  * that pass left behind would go unnoticed until the poller's timeout. So a pass that did
  * work while someone else polls wakes the poller, which drains and re-arms. */
 static unsigned progressOnce(struct ucxState* st) {
+  pthread_mutex_lock(&st->wlock);
   unsigned n = ucp_worker_progress(st->worker);
+  pthread_mutex_unlock(&st->wlock);
   if (n != 0 && pollerOf != st && atomic_load_explicit(&st->poller, memory_order_seq_cst)) {
     uint64_t one = 1;
     ssize_t w = write(st->wakeFd, &one, sizeof(one));
@@ -172,6 +178,7 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
   st->spinNs = ctx->spinNs;
   st->efd = st->wakeFd = -1;
   pthread_mutex_init(&st->reqLock, NULL);
+  pthread_mutex_init(&st->wlock, NULL);
   papcclResult_t res = papcclSuccess;
   ucp_config_t* config = NULL;
   ucs_status_t s = ucp_config_read(NULL, NULL, &config);
@@ -385,7 +392,9 @@ static papcclResult_t ucxIsend(struct papConn* c, const void* buf, size_t bytes,
   p.cb.send = sentCb;
   p.user_data = c->st;
   r->worker = c->st->worker;
+  pthread_mutex_lock(&c->st->wlock);
   r->ucpReq = ucp_tag_send_nbx(c->ep, buf, bytes, ucxTag(c->st->rank, tag), &p);
+  pthread_mutex_unlock(&c->st->wlock);
   if (UCS_PTR_IS_ERR(r->ucpReq)) {
     ucs_status_t s = UCS_PTR_STATUS(r->ucpReq);
     free(r);
@@ -421,7 +430,9 @@ static papcclResult_t ucxIrecv(struct papConn* c, void* buf, size_t bytes, int m
   p.cb.recv = recvCb;
   p.user_data = c->st;
   r->worker = c->st->worker;
+  pthread_mutex_lock(&c->st->wlock);
   r->ucpReq = ucp_tag_recv_nbx(c->st->worker, dst, bytes, ucxTag(c->peer, tag), UINT64_MAX, &p);
+  pthread_mutex_unlock(&c->st->wlock);
   if (UCS_PTR_IS_ERR(r->ucpReq)) {
     ucs_status_t s = UCS_PTR_STATUS(r->ucpReq);
     free(r->bounce);
@@ -438,6 +449,7 @@ static papcclResult_t ucxTest(struct papReq* r, int* doneOut, size_t* sizeOut) {
   ucs_status_t s = UCS_OK;
   size_t len = r->bytes;
   for (int round = 0; r->ucpReq != NULL && round < 2; round++) {
+    pthread_mutex_lock(&r->st->wlock);
     if (r->isRecv) {
       ucp_tag_recv_info_t info;
       s = ucp_tag_recv_request_test(r->ucpReq, &info);
@@ -445,14 +457,15 @@ static papcclResult_t ucxTest(struct papReq* r, int* doneOut, size_t* sizeOut) {
     } else {
       s = ucp_request_check_status(r->ucpReq);
     }
+    if (s != UCS_INPROGRESS) {
+      ucp_request_free(r->ucpReq);
+      r->ucpReq = NULL;
+    }
+    pthread_mutex_unlock(&r->st->wlock);
     if (s != UCS_INPROGRESS) break;
     if (round == 0) progressOnce(r->st); /* requests complete only in progress */
   }
-  if (r->ucpReq != NULL) {
-    if (s == UCS_INPROGRESS) return papcclSuccess;
-    ucp_request_free(r->ucpReq);
-    r->ucpReq = NULL;
-  }
+  if (r->ucpReq != NULL) return papcclSuccess; /* still in progress */
   papcclResult_t res = papcclSuccess;
   if (s != UCS_OK) {
     res = ucxFail(r->isRecv ? "a receive" : "a send", s);
@@ -510,9 +523,12 @@ static void ucxWait(void* state, uint32_t token, int64_t timeoutNs) {
   if (isPoller) {
     pollerOf = st;
     ucxDrain(st); /* nobody else progressed it while we were not the poller */
-    ucs_status_t s = atomic_load_explicit(&st->bell, memory_order_acquire) != token
-                         ? UCS_ERR_BUSY
-                         : ucp_worker_arm(st->worker);
+    ucs_status_t s = UCS_ERR_BUSY;
+    if (atomic_load_explicit(&st->bell, memory_order_acquire) == token) {
+      pthread_mutex_lock(&st->wlock);
+      s = ucp_worker_arm(st->worker);
+      pthread_mutex_unlock(&st->wlock);
+    }
     if (s != UCS_OK) {
       pollerOf = NULL;
       atomic_store_explicit(&st->poller, 0, memory_order_seq_cst);
@@ -572,22 +588,29 @@ static papcclResult_t ucxWaitRequest(struct ucxState* st, ucs_status_ptr_t req, 
   ucs_status_t s;
   for (unsigned i = 0;; i++) {
     uint32_t tok = atomic_load_explicit(&st->bell, memory_order_acquire);
-    if ((s = ucp_request_check_status(req)) != UCS_INPROGRESS) break;
+    pthread_mutex_lock(&st->wlock);
+    s = ucp_request_check_status(req);
+    pthread_mutex_unlock(&st->wlock);
+    if (s != UCS_INPROGRESS) break;
     if (spinUntil && ((i & 15) != 15 || papNowNs() < spinUntil)) {
       progressOnce(st);
       continue;
     }
     spinUntil = 0;
     if ((st->abortFlag && *st->abortFlag) || papNowNs() > deadline) {
+      pthread_mutex_lock(&st->wlock);
       ucp_request_cancel(st->worker, req);
       ucp_request_free(req);
+      pthread_mutex_unlock(&st->wlock);
       PAP_WARN("ucx: %s did not complete (%s)", what,
                st->abortFlag && *st->abortFlag ? "aborted" : "PAPCCL_TIMEOUT_S");
       return papcclRemoteError;
     }
     ucxWait(st, tok, 10000000); /* the reply's callback rings the bell */
   }
+  pthread_mutex_lock(&st->wlock);
   ucp_request_free(req);
+  pthread_mutex_unlock(&st->wlock);
   return s == UCS_OK ? papcclSuccess : ucxFail(what, s);
 }
 
@@ -629,8 +652,10 @@ static papcclResult_t ucxBoardAtomic(void* state, size_t idx, int op, uint64_t v
   p.cb.send = sentCb;
   p.user_data = st;
   p.reply_buffer = &reply;
+  pthread_mutex_lock(&st->wlock);
   ucs_status_ptr_t req =
       ucp_atomic_op_nbx(st->conns[0]->ep, uop, &operand, 1, remote, st->boardRkey, &p);
+  pthread_mutex_unlock(&st->wlock);
   PAP_CHECK(ucxWaitRequest(st, req, "an arrival board atomic"));
   if (oldOut) *oldOut = reply;
   return papcclSuccess;
@@ -662,9 +687,11 @@ static papcclResult_t ucxBoardRead(void* state, size_t idx, size_t count, uint64
       p.cb.send = sentCb;
       p.user_data = st;
       p.reply_buffer = &out[base + i];
+      pthread_mutex_lock(&st->wlock);
       reqs[i] =
           ucp_atomic_op_nbx(st->conns[0]->ep, UCP_ATOMIC_OP_ADD, &zero, 1,
                             st->boardAddr + (idx + base + i) * sizeof(uint64_t), st->boardRkey, &p);
+      pthread_mutex_unlock(&st->wlock);
     }
     /* Every posted request is waited for (and freed), even after a failure. */
     for (size_t i = 0; i < k; i++) {
@@ -685,8 +712,10 @@ static void ucxNotify(void* state, int peer) {
   if (peer < 0 || peer >= st->nranks || st->conns[peer] == NULL) return;
   ucp_request_param_t p;
   memset(&p, 0, sizeof(p));
+  pthread_mutex_lock(&st->wlock);
   ucs_status_ptr_t req = ucp_am_send_nbx(st->conns[peer]->ep, UCX_AM_WAKE, NULL, 0, NULL, 0, &p);
   if (UCS_PTR_IS_PTR(req)) ucp_request_free(req); /* released when it completes */
+  pthread_mutex_unlock(&st->wlock);
 }
 
 static void ucxClose(struct papConn* c) {
@@ -716,9 +745,34 @@ static int reqsInProgress(struct ucxState* st) {
   return 0;
 }
 
+/* Messages peers sent for an operation this rank never received (it was aborted) wait in
+ * the worker's unexpected queue: receive and drop them before the worker goes. */
+static void dropUnexpected(struct ucxState* st) {
+  uint64_t deadline = papNowNs() + 1000000000ull;
+  for (int i = 0; i < 100000 && papNowNs() < deadline; i++) {
+    ucp_tag_recv_info_t info;
+    ucp_worker_progress(st->worker); /* what is still in the sockets */
+    ucp_tag_message_h msg = ucp_tag_probe_nb(st->worker, 0, 0, 1, &info);
+    if (msg == NULL) break;
+    void* scratch = malloc(info.length ? info.length : 1);
+    if (scratch == NULL) break;
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof(p));
+    ucs_status_ptr_t req = ucp_tag_msg_recv_nbx(st->worker, scratch, info.length, msg, &p);
+    if (UCS_PTR_IS_PTR(req)) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && papNowNs() < deadline)
+        ucp_worker_progress(st->worker);
+      if (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_request_cancel(st->worker, req);
+      ucp_request_free(req);
+    }
+    free(scratch);
+  }
+}
+
 static void ucxFinalize(void* state) {
   struct ucxState* st = (struct ucxState*)state;
   if (st == NULL) return;
+  if (st->worker) dropUnexpected(st);
   /* Requests an aborted plan left behind must complete before the worker goes (UCX keeps
    * them in its pools otherwise): receives are cancelled, sends end with an error when the
    * force-close of their endpoint below purges them. Then they are freed. */
@@ -740,10 +794,12 @@ static void ucxFinalize(void* state) {
     reqRelease(r);
   }
   if (st->boardMem) ucp_mem_unmap(st->ctx, st->boardMem);
+  if (st->worker) dropUnexpected(st); /* and what arrived while the endpoints closed */
   if (st->wakeFd >= 0) close(st->wakeFd);
   if (st->worker) ucp_worker_destroy(st->worker);
   if (st->ctx) ucp_cleanup(st->ctx);
   pthread_mutex_destroy(&st->reqLock);
+  pthread_mutex_destroy(&st->wlock);
   free(st);
 }
 
