@@ -103,6 +103,15 @@ void papBootstrapPackRootHello(unsigned char payload[PAP_BOOTSTRAP_ROOT_HELLO_BY
   memcpy(payload + 8, addr->bytes, PAP_BOOTSTRAP_ADDR_BYTES);
 }
 
+/* Constant-time comparison of two communicator keys: how much of a guess matched must not
+ * show in the time the check takes. */
+static int keyEqual(const unsigned char* a, const unsigned char* b) {
+  volatile unsigned char diff = 0;
+  for (int i = 0; i < PAP_BS_KEY_BYTES; i++)
+    diff |= (unsigned char)(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 int papBootstrapCheckHdr(const unsigned char* raw, const unsigned char* key, int type, uint64_t len,
                          uint32_t seq, uint32_t step, char* why, size_t whyLen) {
   struct bsHdr h;
@@ -111,7 +120,7 @@ int papBootstrapCheckHdr(const unsigned char* raw, const unsigned char* key, int
     snprintf(why, whyLen, "bad magic 0x%08x", h.magic);
   } else if (h.version != PAP_BS_PROTO_VERSION) {
     snprintf(why, whyLen, "protocol version %u, expected %u", h.version, PAP_BS_PROTO_VERSION);
-  } else if (memcmp(h.key, key, PAP_BS_KEY_BYTES) != 0) {
+  } else if (!keyEqual(h.key, key)) {
     snprintf(why, whyLen, "wrong communicator key 0x%02x%02x%02x%02x...", h.key[0], h.key[1],
              h.key[2], h.key[3]);
   } else if (h.type != type) {

@@ -10,14 +10,19 @@
 
 static pthread_mutex_t paramLock = PTHREAD_MUTEX_INITIALIZER;
 
-static int64_t readInt(const char* env, int64_t def) {
+static int64_t readInt(const char* env, int64_t def, int64_t lo, int64_t hi) {
   const char* s = getenv(env);
   if (s == NULL || *s == '\0') return def;
   char* end = NULL;
   errno = 0;
   long long v = strtoll(s, &end, 0);
   if (errno != 0 || end == s || *end != '\0') {
-    PAP_WARN("invalid value '%s' for %s, using the default %lld", s, env, (long long)def);
+    PAP_WARN("invalid value '%.64s' for %s, using the default %lld", s, env, (long long)def);
+    return def;
+  }
+  if (v < lo || v > hi) {
+    PAP_WARN("%s=%lld is out of range [%lld, %lld], using the default %lld", env, v, (long long)lo,
+             (long long)hi, (long long)def);
     return def;
   }
   PAP_INFO(PAP_LOG_ENV, "%s set to %lld", env, v);
@@ -31,14 +36,14 @@ static const char* readStr(const char* env, const char* def) {
   return s;
 }
 
-#define PAP_PARAM_DEF_INT(getter, env, def, doc) \
+#define PAP_PARAM_DEF_INT(getter, env, def, lo, hi, doc) \
   static int getter##Valid; \
   static int64_t getter##Value; \
   int64_t papParam##getter(void) { \
     if (__atomic_load_n(&getter##Valid, __ATOMIC_ACQUIRE)) return getter##Value; \
     pthread_mutex_lock(&paramLock); \
     if (!getter##Valid) { \
-      getter##Value = readInt(env, def); \
+      getter##Value = readInt(env, def, lo, hi); \
       __atomic_store_n(&getter##Valid, 1, __ATOMIC_RELEASE); \
     } \
     pthread_mutex_unlock(&paramLock); \
@@ -62,9 +67,21 @@ PAP_PARAM_STR_LIST(PAP_PARAM_DEF_STR)
 
 #define PAP_PARAM_RESET(getter, env, def, doc) \
   __atomic_store_n(&getter##Valid, 0, __ATOMIC_RELEASE);
+#define PAP_PARAM_RESET_INT(getter, env, def, lo, hi, doc) PAP_PARAM_RESET(getter, env, def, doc)
 void papParamReset(void) {
   pthread_mutex_lock(&paramLock);
-  PAP_PARAM_INT_LIST(PAP_PARAM_RESET)
+  PAP_PARAM_INT_LIST(PAP_PARAM_RESET_INT)
   PAP_PARAM_STR_LIST(PAP_PARAM_RESET)
   pthread_mutex_unlock(&paramLock);
+}
+
+#define PAP_PARAM_INFO(getter, env, def, lo, hi, doc) {env, def, lo, hi, papParam##getter},
+static const struct papParamIntInfo intInfo[] = {PAP_PARAM_INT_LIST(PAP_PARAM_INFO)};
+
+int papParamIntCount(void) {
+  return (int)(sizeof(intInfo) / sizeof(intInfo[0]));
+}
+
+const struct papParamIntInfo* papParamIntAt(int i) {
+  return i >= 0 && i < papParamIntCount() ? &intInfo[i] : NULL;
 }

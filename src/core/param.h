@@ -5,44 +5,58 @@
 
 #include <stdint.h>
 
-/* X(getter, env name, default, doc). Integer parameters. The README table lists these. */
+/* X(getter, env name, default, min, max, doc). Integer parameters. The README table lists
+ * these. A value that is not an integer, or lies outside [min, max], gives a WARN naming the
+ * variable and the default. */
 #define PAP_PARAM_INT_LIST(X) \
-  X(TimeoutS, "PAPCCL_TIMEOUT_S", 600, "seconds any wait may last before it fails (dead peer)") \
-  X(SpinUs, "PAPCCL_SPIN_US", 50, "microseconds to poll before sleeping in a wait") \
-  X(ChunkSize, "PAPCCL_CHUNK_SIZE", 262144, "bytes per pipeline chunk in collective plans") \
-  X(ShmSlotSize, "PAPCCL_SHM_SLOT_SIZE", 65536, "bytes per shared-memory FIFO slot") \
-  X(ShmSlots, "PAPCCL_SHM_NSLOTS", 8, "slots per peer FIFO (credits)") \
-  X(ShmStagingSize, "PAPCCL_SHM_STAGING_SIZE", 1048576, \
+  X(TimeoutS, "PAPCCL_TIMEOUT_S", 600, 1, 31536000, \
+    "seconds any wait may last before it fails (dead peer)") \
+  X(SpinUs, "PAPCCL_SPIN_US", 50, 0, 10000000, "microseconds to poll before sleeping in a wait") \
+  X(ChunkSize, "PAPCCL_CHUNK_SIZE", 262144, 64, 1073741824, \
+    "bytes per pipeline chunk in collective plans") \
+  X(ShmSlotSize, "PAPCCL_SHM_SLOT_SIZE", 65536, 4096, 67108864, \
+    "bytes per shared-memory FIFO slot") \
+  X(ShmSlots, "PAPCCL_SHM_NSLOTS", 8, 2, 1024, "slots per peer FIFO (credits)") \
+  X(ShmStagingSize, "PAPCCL_SHM_STAGING_SIZE", 1048576, 0, 17179869184, \
     "bytes of shared staging (AC2S finals; 0: off)") \
-  X(RhdMaxBytes, "PAPCCL_RHD_MAX_BYTES", 262144, "allreduce below this uses rhd, above ring") \
-  X(RdMaxBytes, "PAPCCL_RD_MAX_BYTES", 4096, "rhd below this exchanges whole vectors") \
-  X(PipelineDepth, "PAPCCL_PIPELINE_DEPTH", 256, "plan steps scanned ahead by the engine") \
-  X(Pap, "PAPCCL_PAP", 1, "0 turns PAP-aware plans off (arrivals are still recorded)") \
-  X(Hier, "PAPCCL_HIER", 1, \
+  X(RhdMaxBytes, "PAPCCL_RHD_MAX_BYTES", 262144, 0, 1099511627776, \
+    "allreduce below this uses rhd, above ring") \
+  X(RdMaxBytes, "PAPCCL_RD_MAX_BYTES", 4096, 0, 1099511627776, \
+    "rhd below this exchanges whole vectors") \
+  X(PipelineDepth, "PAPCCL_PIPELINE_DEPTH", 256, 8, 65536, \
+    "plan steps scanned ahead by the engine") \
+  X(Pap, "PAPCCL_PAP", 1, 0, 1, "0 turns PAP-aware plans off (arrivals are still recorded)") \
+  X(Hier, "PAPCCL_HIER", 1, 0, 1, \
     "1: allreduce across hosts goes through host leaders (0: one flat plan over the network)") \
-  X(Deterministic, "PAPCCL_DETERMINISTIC", 0, \
+  X(Deterministic, "PAPCCL_DETERMINISTIC", 0, 0, 1, \
     "1: allreduce bitwise identical whatever the arrivals") \
-  X(PapReport, "PAPCCL_PAP_REPORT", 100, "collectives between PAP INFO summary lines (0: none)") \
-  X(PapGapUs, "PAPCCL_PAP_GAP_US", 100, "least quiet time before the decider commits early") \
-  X(PapSmallMaxBytes, "PAPCCL_PAP_SMALL_MAX_BYTES", 32768, \
+  X(PapReport, "PAPCCL_PAP_REPORT", 100, 0, 1000000000, \
+    "collectives between PAP INFO summary lines (0: none)") \
+  X(PapGapUs, "PAPCCL_PAP_GAP_US", 100, 0, 60000000, \
+    "least quiet time before the decider commits early") \
+  X(PapSmallMaxBytes, "PAPCCL_PAP_SMALL_MAX_BYTES", 32768, 0, 1099511627776, \
     "PAP allreduce at or below: small variant") \
-  X(PapAlphaNs, "PAPCCL_PAP_ALPHA_NS", 1000, "cost model: latency of one message (ns)") \
-  X(PapBetaPs, "PAPCCL_PAP_BETA_PS", 200, "cost model: transfer time per byte (ps)") \
-  X(PapGammaPs, "PAPCCL_PAP_GAMMA_PS", 250, "cost model: reduction time per byte (ps)") \
-  X(Cuda, "PAPCCL_CUDA", 1, "0 turns GPU support off: no CUDA call, host buffers only") \
-  X(CudaStagingMb, "PAPCCL_CUDA_STAGING_MB", 1024, \
+  X(PapAlphaNs, "PAPCCL_PAP_ALPHA_NS", 1000, 0, 1000000000, \
+    "cost model: latency of one message (ns)") \
+  X(PapBetaPs, "PAPCCL_PAP_BETA_PS", 200, 0, 1000000000, \
+    "cost model: transfer time per byte (ps)") \
+  X(PapGammaPs, "PAPCCL_PAP_GAMMA_PS", 250, 0, 1000000000, \
+    "cost model: reduction time per byte (ps)") \
+  X(Cuda, "PAPCCL_CUDA", 1, 0, 1, "0 turns GPU support off: no CUDA call, host buffers only") \
+  X(CudaStagingMb, "PAPCCL_CUDA_STAGING_MB", 1024, 1, 1048576, \
     "device ops: pinned staging per comm (MiB) past which callers wait for a free block") \
-  X(CudaMemops, "PAPCCL_CUDA_MEMOPS", 1, \
+  X(CudaMemops, "PAPCCL_CUDA_MEMOPS", 1, 0, 1, \
     "device ops: 1 stream memory operations for arrival/wait, 0 one-thread kernels") \
-  X(IbGidIndex, "PAPCCL_IB_GID_INDEX", -1, \
+  X(IbGidIndex, "PAPCCL_IB_GID_INDEX", -1, -1, 255, \
     "ib: GID index (-1: a RoCE v2 GID on Ethernet ports, 0 on InfiniBand)") \
-  X(IbMrCache, "PAPCCL_IB_MR_CACHE", 64, \
+  X(IbMrCache, "PAPCCL_IB_MR_CACHE", 64, 0, 1048576, \
     "ib: idle memory registrations kept (0: register per message)") \
-  X(IbBufSize, "PAPCCL_IB_BUF_SIZE", 16384, "ib: bytes per eager bounce buffer") \
-  X(IbNbufs, "PAPCCL_IB_NBUFS", 8, "ib: eager buffers (credits) per peer") \
-  X(IbRdmaMin, "PAPCCL_IB_RDMA_MIN", 65536, \
+  X(IbBufSize, "PAPCCL_IB_BUF_SIZE", 16384, 1024, 67108864, "ib: bytes per eager bounce buffer") \
+  X(IbNbufs, "PAPCCL_IB_NBUFS", 8, 2, 1024, "ib: eager buffers (credits) per peer") \
+  X(IbRdmaMin, "PAPCCL_IB_RDMA_MIN", 65536, 0, 1099511627776, \
     "ib: larger messages are RDMA-written into the receiver's buffer") \
-  X(IbTimeout, "PAPCCL_IB_TIMEOUT", 18, "ib: QP ack timeout exponent (4.096 us x 2^n, 7 retries)")
+  X(IbTimeout, "PAPCCL_IB_TIMEOUT", 18, 1, 31, \
+    "ib: QP ack timeout exponent (4.096 us x 2^n, 7 retries)")
 
 /* X(getter, env name, default, doc). String parameters (NULL default = unset). */
 #define PAP_PARAM_STR_LIST(X) \
@@ -53,7 +67,7 @@
   X(HostId, "PAPCCL_HOSTID", NULL, "override the host id (forces the network path in tests)") \
   X(IbHca, "PAPCCL_IB_HCA", NULL, "ib: device[:port] (default: the first with an active port)")
 
-#define PAP_PARAM_DECL_INT(getter, env, def, doc) int64_t papParam##getter(void);
+#define PAP_PARAM_DECL_INT(getter, env, def, lo, hi, doc) int64_t papParam##getter(void);
 #define PAP_PARAM_DECL_STR(getter, env, def, doc) const char* papParam##getter(void);
 PAP_PARAM_INT_LIST(PAP_PARAM_DECL_INT)
 PAP_PARAM_STR_LIST(PAP_PARAM_DECL_STR)
@@ -62,5 +76,17 @@ PAP_PARAM_STR_LIST(PAP_PARAM_DECL_STR)
 
 /* Forget cached values (tests that change the environment between comms). */
 void papParamReset(void);
+
+/* The integer parameters, for tests: count, and the i-th one's name, default and range;
+ * papParamIntGet reads it (cached, as its getter does). */
+struct papParamIntInfo {
+  const char* env;
+  int64_t def;
+  int64_t min;
+  int64_t max;
+  int64_t (*get)(void);
+};
+int papParamIntCount(void);
+const struct papParamIntInfo* papParamIntAt(int i);
 
 #endif /* PAPCCL_CORE_PARAM_H_ */

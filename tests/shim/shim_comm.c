@@ -45,3 +45,22 @@ int64_t papTestCommHierOps(void* comm) {
   if (c->hierLocal == NULL) return -1;
   return (int64_t)atomic_load(&c->hierOps);
 }
+
+int papTestParamIntCount(void) {
+  return papParamIntCount();
+}
+
+int papTestParamIntAt(int i, const char** env, int64_t* def, int64_t* min, int64_t* max) {
+  const struct papParamIntInfo* p = papParamIntAt(i);
+  if (p == NULL) return 0;
+  *env = p->env;
+  *def = p->def;
+  *min = p->min;
+  *max = p->max;
+  return 1;
+}
+
+int64_t papTestParamIntGet(int i) {
+  const struct papParamIntInfo* p = papParamIntAt(i);
+  return p ? p->get() : 0;
+}

@@ -18,6 +18,12 @@ void papTestCommSetWarnHook(void (*fn)(const char* msg, void* arg), void* arg);
 /* Forget the cached PAPCCL_* parameters, so the next read sees the current environment. */
 void papTestCommParamReset(void);
 
+/* The integer parameters: how many, the i-th one's name, default and range (0 when i is
+ * out of bounds), and its value as the library reads it (cached until the reset above). */
+int papTestParamIntCount(void);
+int papTestParamIntAt(int i, const char** env, int64_t* def, int64_t* min, int64_t* max);
+int64_t papTestParamIntGet(int i);
+
 /* Current values of the parameters the tests size their expectations with. */
 int64_t papTestCommParamTimeoutS(void);
 int64_t papTestCommParamChunkSize(void);

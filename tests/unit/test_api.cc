@@ -171,4 +171,45 @@ TEST_F(Api, LastErrorOfCleanThreadIsEmpty) {
   EXPECT_EQ("", text);
 }
 
+// Every integer PAPCCL_* parameter: a malformed or out-of-range value gives one WARN naming
+// the variable and the default; the bounds themselves are accepted silently.
+TEST_F(Api, IntegerParametersRejectBadValues) {
+  const int n = papTestParamIntCount();
+  ASSERT_GT(n, 20);
+  for (int i = 0; i < n; i++) {
+    const char* env = nullptr;
+    int64_t def = 0, lo = 0, hi = 0;
+    ASSERT_TRUE(papTestParamIntAt(i, &env, &def, &lo, &hi));
+    ASSERT_LE(lo, def) << env;
+    ASSERT_LE(def, hi) << env;
+    const char* old = getenv(env);
+    std::string saved = old ? old : "";
+    auto check = [&](const std::string& value, bool bad, int64_t want) {
+      setenv(env, value.c_str(), 1);
+      papTestCommParamReset();
+      EXPECT_EQ(want, papTestParamIntGet(i)) << env << "=" << value;
+      auto w = Take();
+      if (bad) {
+        ASSERT_EQ(1u, w.size()) << env << "=" << value << ": expected one WARN";
+        EXPECT_NE(std::string::npos, w[0].find(env)) << w[0];
+      } else {
+        EXPECT_TRUE(w.empty()) << env << "=" << value << ": " << (w.empty() ? "" : w[0]);
+      }
+    };
+    check("", false, def);  // empty means unset
+    check("junk", true, def);
+    check("12abc", true, def);
+    check("99999999999999999999999", true, def);  // does not fit in 64 bits
+    check(std::to_string(lo), false, lo);
+    check(std::to_string(hi), false, hi);
+    check(std::to_string(lo - 1), true, def);
+    check(std::to_string(hi + 1), true, def);
+    if (old)
+      setenv(env, saved.c_str(), 1);
+    else
+      unsetenv(env);
+  }
+  papTestCommParamReset();
+}
+
 }  // namespace
