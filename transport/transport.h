@@ -58,6 +58,10 @@ struct papTransportOps {
   /* Someone must drive the backend even while no operation runs (it serves peers' remote
    * atomics in software): the comm's progress thread does, sleeping in wait(). */
   int idleProgress;
+  /* 1 when peers reach the arrival board only through the home rank's process (network
+   * backends): it is gone once rank 0 destroys its comm, so rank 0 waits at destroy until
+   * every rank has released it. 0 when peers map it (shm): their mappings outlive rank 0's. */
+  int remoteBoard;
   /* Bytes of the listen handle (0: PAP_TRANSPORT_HANDLE_BYTES). */
   size_t handleBytes;
   /* Can this backend reach peer from rank (hostIds decide for shm)? */

@@ -608,7 +608,7 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
   /* An op whose plan every rank chose alone released its slot at arrival (a group may
    * hold more collectives than there are slots); over a network its slot may be reused or
    * gone (rank 0 destroyed) by now, so only ops with a commit read it back there. */
-  int readable = a->decided || !comm->tops->idleProgress;
+  int readable = a->decided || !comm->tops->remoteBoard;
   st->lastComplete = readable && readArrivals(comm, a);
   (void)releaseSlot(comm, a);
   for (int i = 0; i < PAPCCL_PAP_STATS_MAX_RANKS; i++) {
@@ -715,7 +715,7 @@ PAPCCL_API papcclResult_t papcclCommGetPapStats(papcclComm_t comm, papcclPapStat
 void papPapDrainBoard(struct papComm* comm) {
   int n = comm->nranks;
   if (comm->rank != 0 || n < 2 || n > 0xffff || comm->tstate == NULL ||
-      comm->tops->boardAtomic == NULL || !comm->tops->idleProgress)
+      comm->tops->boardAtomic == NULL || !comm->tops->remoteBoard)
     return;
   if (atomic_load_explicit(&comm->asyncError, memory_order_acquire) != papcclSuccess ||
       atomic_load_explicit(&comm->abortFlag, memory_order_acquire))

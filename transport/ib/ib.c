@@ -739,6 +739,7 @@ static int ibCanConnect(const struct papTransportCtx* ctx, int peer) {
 
 const struct papTransportOps papTransportIb = {
     .name = "ib",
+    .remoteBoard = 1,
     .idleProgress = 0, /* the HCA serves the board's atomics by itself */
     .handleBytes = PAP_IB_HANDLE_BYTES,
     .canConnect = ibCanConnect,

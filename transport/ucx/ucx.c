@@ -805,6 +805,7 @@ static void ucxFinalize(void* state) {
 
 const struct papTransportOps papTransportUcx = {
     .name = "ucx",
+    .remoteBoard = 1,
     .idleProgress = 1,
     .handleBytes = PAP_TRANSPORT_UCX_HANDLE_BYTES,
     .canConnect = ucxCanConnect,
