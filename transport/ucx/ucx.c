@@ -614,6 +614,24 @@ static papcclResult_t ucxWaitRequest(struct ucxState* st, ucs_status_ptr_t req, 
   return s == UCS_OK ? papcclSuccess : ucxFail(what, s);
 }
 
+/* Posts one 64-bit atomic on the board word at remote; reply gets the old value. */
+static ucs_status_ptr_t postBoardAtomic(struct ucxState* st, ucp_atomic_op_t op,
+                                        const uint64_t* operand, uint64_t remote, uint64_t* reply) {
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof(p));
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER |
+                   UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.datatype = ucp_dt_make_contig(sizeof(uint64_t));
+  p.cb.send = sentCb;
+  p.user_data = st;
+  p.reply_buffer = reply;
+  pthread_mutex_lock(&st->wlock);
+  ucs_status_ptr_t req =
+      ucp_atomic_op_nbx(st->conns[0]->ep, op, operand, 1, remote, st->boardRkey, &p);
+  pthread_mutex_unlock(&st->wlock);
+  return req;
+}
+
 static papcclResult_t ucxBoardAtomic(void* state, size_t idx, int op, uint64_t val, uint64_t cmp,
                                      uint64_t* oldOut) {
   struct ucxState* st = (struct ucxState*)state;
@@ -644,18 +662,7 @@ static papcclResult_t ucxBoardAtomic(void* state, size_t idx, int op, uint64_t v
     PAP_WARN("ucx: unknown arrival board operation %d", op);
     return papcclInternalError;
   }
-  ucp_request_param_t p;
-  memset(&p, 0, sizeof(p));
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER |
-                   UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.datatype = ucp_dt_make_contig(sizeof(uint64_t));
-  p.cb.send = sentCb;
-  p.user_data = st;
-  p.reply_buffer = &reply;
-  pthread_mutex_lock(&st->wlock);
-  ucs_status_ptr_t req =
-      ucp_atomic_op_nbx(st->conns[0]->ep, uop, &operand, 1, remote, st->boardRkey, &p);
-  pthread_mutex_unlock(&st->wlock);
+  ucs_status_ptr_t req = postBoardAtomic(st, uop, &operand, remote, &reply);
   PAP_CHECK(ucxWaitRequest(st, req, "an arrival board atomic"));
   if (oldOut) *oldOut = reply;
   return papcclSuccess;
@@ -678,21 +685,10 @@ static papcclResult_t ucxBoardRead(void* state, size_t idx, size_t count, uint64
   papcclResult_t res = papcclSuccess;
   for (size_t base = 0; base < count; base += BATCH) {
     size_t k = count - base < BATCH ? count - base : BATCH;
-    for (size_t i = 0; i < k; i++) {
-      ucp_request_param_t p;
-      memset(&p, 0, sizeof(p));
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER |
-                       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      p.datatype = ucp_dt_make_contig(sizeof(uint64_t));
-      p.cb.send = sentCb;
-      p.user_data = st;
-      p.reply_buffer = &out[base + i];
-      pthread_mutex_lock(&st->wlock);
+    for (size_t i = 0; i < k; i++)
       reqs[i] =
-          ucp_atomic_op_nbx(st->conns[0]->ep, UCP_ATOMIC_OP_ADD, &zero, 1,
-                            st->boardAddr + (idx + base + i) * sizeof(uint64_t), st->boardRkey, &p);
-      pthread_mutex_unlock(&st->wlock);
-    }
+          postBoardAtomic(st, UCP_ATOMIC_OP_ADD, &zero,
+                          st->boardAddr + (idx + base + i) * sizeof(uint64_t), &out[base + i]);
     /* Every posted request is waited for (and freed), even after a failure. */
     for (size_t i = 0; i < k; i++) {
       papcclResult_t r = ucxWaitRequest(st, reqs[i], "an arrival board read");
