@@ -21,7 +21,10 @@
 /* Each hot loop is compiled twice, for AVX2 and for the baseline ISA, and picked once at load
  * time by an ifunc resolver (256-bit vectors double the work per instruction where the data is
  * in cache; memory-bound sizes gain less). Only where the toolchain has ifunc support. */
-#if defined(__x86_64__) && defined(__gnu_linux__) && defined(__has_attribute)
+/* Not under ThreadSanitizer: the instrumented resolver runs while the dynamic loader
+ * relocates the program, before the TSan runtime is up, and crashes there. */
+#if defined(__x86_64__) && defined(__gnu_linux__) && defined(__has_attribute) && \
+    !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define PAP_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 #endif

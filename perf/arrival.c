@@ -40,12 +40,8 @@ static int parseInt(const char* s, long lo, long hi, long* out) {
 
 /* Reads a trace: lines of whitespace-separated offsets in us; '#' starts a comment. Every
  * row must have the same number of columns. */
-static int loadTrace(const char* path, struct papPerfArrival* a, char* err, size_t errLen) {
-  FILE* f = fopen(path, "r");
-  if (f == NULL) {
-    snprintf(err, errLen, "cannot open trace file '%s': %s", path, strerror(errno));
-    return -1;
-  }
+int papPerfArrivalParseTrace(FILE* f, const char* path, struct papPerfArrival* a, char* err,
+                             size_t errLen) {
   size_t cap = 1024, n = 0;
   double* v = (double*)malloc(cap * sizeof(double));
   int rows = 0, cols = -1, rc = -1;
@@ -112,6 +108,16 @@ static int loadTrace(const char* path, struct papPerfArrival* a, char* err, size
   rc = 0;
 out:
   free(v);
+  return rc;
+}
+
+static int loadTrace(const char* path, struct papPerfArrival* a, char* err, size_t errLen) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) {
+    snprintf(err, errLen, "cannot open trace file '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  int rc = papPerfArrivalParseTrace(f, path, a, err, errLen);
   fclose(f);
   return rc;
 }

@@ -5,6 +5,7 @@
 #define PAPCCL_PERF_ARRIVAL_H_
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +43,10 @@ struct papPerfArrival {
  * now). Returns 0, or -1 with a reason in err. Free with papPerfArrivalFree. */
 int papPerfArrivalParse(const char* text, struct papPerfArrival* out, char* err, size_t errLen);
 void papPerfArrivalFree(struct papPerfArrival* arrival);
+/* The trace:FILE part of papPerfArrivalParse: reads the trace from f (path names it in err)
+ * into arrival->trace, traceRows and traceCols. Returns 0, or -1 with a reason in err. */
+int papPerfArrivalParseTrace(FILE* f, const char* path, struct papPerfArrival* arrival, char* err,
+                             size_t errLen);
 /* How late rank arrives at call `iter`, in microseconds (>= 0). */
 double papPerfArrivalDelayUs(const struct papPerfArrival* arrival, int rank, int nranks, long iter);
 /* Median of v[0..n) (sorts v). 0 when n == 0. */

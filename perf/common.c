@@ -103,7 +103,11 @@ struct perfProc {
   struct perfRank* ranks;
   FILE* json;
   int jsonDepth, jsonFirst[32], jsonAfterKey;
-  size_t maxBytes; /* after the memory cap */
+  /* After the memory cap; written by thread 0, read by every rank thread after a barrier.
+   * Atomic: that barrier is a papccl allreduce, whose ordering between thread ranks runs
+   * through each rank's own mapping of the shared segment and a futex, where ThreadSanitizer
+   * cannot follow it. */
+  _Atomic size_t maxBytes;
   int errors; /* summed over every rank at the end */
   int corrupt; /* PAPCCL_PERF_CORRUPT: test hook, see benchTime */
   atomic_int timedOut;

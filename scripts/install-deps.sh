@@ -17,6 +17,8 @@ required=(
   openmpi-bin libopenmpi-dev # running papccl programs under mpirun; MPI comparisons
   clang-format               # the format check in scripts/test.sh (Debian 12: version 14)
   iproute2                   # hosts as network namespaces in the between-hosts tests
+  clang libclang-rt-14-dev   # libFuzzer fuzzers (scripts/fuzz.sh) and its sanitizer runtimes
+  valgrind                   # memcheck of every collective (the valgrind test)
 )
 # Nice to have; a missing one is reported, never fatal. libgloo-dev: Gloo, for comparison
 # benchmarks (Debian 12 has it; some releases do not). python3-matplotlib: perf/plot.py.

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The whole check, as CI runs it: dependencies, build + tests, an ASan/UBSan build + tests,
-# and the clang-format check. One summary line per stage; exits non-zero if any failed.
+# The whole check, as CI runs it: dependencies, build + tests (soak, leaks and valgrind
+# included), an ASan/UBSan build + tests, a TSan build + tests, the fuzzers for a bounded
+# time, and the clang-format check. One summary line per stage; exits non-zero if any failed.
 #
-# usage: scripts/test.sh [--skip-deps] [--skip-asan] [--skip-format] [--format=check|warn]
+# usage: scripts/test.sh [--skip-deps] [--skip-asan] [--skip-tsan] [--skip-fuzz]
+#                        [--skip-format] [--format=check|warn]
 # environment (same effect as the flags):
-#   PAPCCL_SKIP_DEPS=1, PAPCCL_SKIP_ASAN=1, PAPCCL_SKIP_FORMAT=1,
+#   PAPCCL_SKIP_DEPS=1, PAPCCL_SKIP_ASAN=1, PAPCCL_SKIP_TSAN=1, PAPCCL_SKIP_FUZZ=1,
+#   PAPCCL_SKIP_FORMAT=1,
+#   PAPCCL_FUZZ_SECONDS=N           seconds each fuzzer runs (default 60)
 #   PAPCCL_FORMAT=check|warn|skip   warn: report unformatted files but do not fail
 #   PAPCCL_JOBS=N                   parallel compile jobs (default: ninja's choice)
-#   PAPCCL_SETUP_ARGS="..."         extra `meson setup` options for both builds
+#   PAPCCL_SETUP_ARGS="..."         extra `meson setup` options for every build
 #   PAPCCL_ASAN_CUDA=auto           build CUDA in the sanitizer build too (default disabled)
 #   MESON_TESTTHREADS=N             tests meson runs at once (meson's own variable)
 set -euo pipefail
@@ -17,22 +21,27 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 BUILD=build
 ASAN_BUILD=build-asan
+TSAN_BUILD=build-tsan
 # "check" fails the run on unformatted files; "warn" lists them and goes on. Switch to check
 # once `clang-format -i` has been run over the tree.
 FORMAT_DEFAULT=check
 
 skip_deps=${PAPCCL_SKIP_DEPS:-0}
 skip_asan=${PAPCCL_SKIP_ASAN:-0}
+skip_tsan=${PAPCCL_SKIP_TSAN:-0}
+skip_fuzz=${PAPCCL_SKIP_FUZZ:-0}
 format_mode=${PAPCCL_FORMAT:-$FORMAT_DEFAULT}
 [ "${PAPCCL_SKIP_FORMAT:-0}" = 1 ] && format_mode=skip
 for arg in "$@"; do
   case "$arg" in
   --skip-deps) skip_deps=1 ;;
   --skip-asan) skip_asan=1 ;;
+  --skip-tsan) skip_tsan=1 ;;
+  --skip-fuzz) skip_fuzz=1 ;;
   --skip-format) format_mode=skip ;;
   --format=*) format_mode=${arg#--format=} ;;
   -h | --help)
-    sed -n '3,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '3,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -126,6 +135,19 @@ do_asan_test() {
     meson test -C "$ASAN_BUILD" --print-errorlogs --timeout-multiplier 3
 }
 
+do_tsan_build() {
+  setup_dir "$TSAN_BUILD" -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized \
+    -Dcuda=disabled || return
+  meson compile -C "$TSAN_BUILD" "${compile_args[@]}"
+}
+
+do_tsan_test() {
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan.supp" \
+    meson test -C "$TSAN_BUILD" --print-errorlogs --timeout-multiplier 3
+}
+
+do_fuzz() { scripts/fuzz.sh --seconds "${PAPCCL_FUZZ_SECONDS:-60}"; }
+
 do_format() {
   local cf
   cf=$(command -v clang-format-14 || command -v clang-format || true)
@@ -202,6 +224,15 @@ elif stage asan-build do_asan_build; then
 else
   skipped asan-test "build failed"
 fi
+if [ "$skip_tsan" = 1 ]; then
+  skipped tsan-build "asked"
+  skipped tsan-test "asked"
+elif stage tsan-build do_tsan_build; then
+  stage tsan-test do_tsan_test || true
+else
+  skipped tsan-test "build failed"
+fi
+if [ "$skip_fuzz" = 1 ]; then skipped fuzz "asked"; else stage fuzz do_fuzz || true; fi
 if [ "$format_mode" = skip ]; then skipped format "asked"; else stage format do_format || true; fi
 
 print_summary

@@ -5,6 +5,7 @@
 
 #include "alloc.h"
 #include "check.h"
+#include "fault.h"
 #include "futex.h"
 #include "log.h"
 #include "param.h"
@@ -572,6 +573,7 @@ papcclResult_t papBootstrapInit(const papcclUniqueId* id, int rank, int nranks,
              papSocketAddrToString(&any, str, sizeof(str)));
   }
   PAP_CHECK_GOTO(rootExchange(bs, &root, deadlineNs), res, out_destroy);
+  PAP_FAULT(PAP_FAULT_BOOTSTRAP, rank, abortFlag);
   PAP_CHECK_GOTO(ringConnect(bs, deadlineNs), res, out_destroy);
   *bsOut = bs;
   return papcclSuccess;

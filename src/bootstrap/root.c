@@ -100,31 +100,47 @@ static papcclResult_t rootSetNranks(struct rootState* st, int nranks) {
   return papcclSuccess;
 }
 
+int papBootstrapRootHelloCheck(const unsigned char* payload, int knownNranks, int* rankOut,
+                               int* nranksOut, struct papBootstrapAddr* addrOut, char* why,
+                               size_t whyLen) {
+  int rank = (int)bsGet32(payload);
+  int nranks = (int)bsGet32(payload + 4);
+  union papSockAddr sa;
+
+  memcpy(addrOut->bytes, payload + 8, PAP_BOOTSTRAP_ADDR_BYTES);
+  *rankOut = rank;
+  *nranksOut = nranks;
+  if (nranks < 1 || nranks > PAP_BOOTSTRAP_MAX_RANKS) {
+    snprintf(why, whyLen, "nranks %d out of range 1..%d", nranks, PAP_BOOTSTRAP_MAX_RANKS);
+  } else if (knownNranks > 0 && nranks != knownNranks) {
+    snprintf(why, whyLen, "nranks %d disagrees with %d from the ranks before", nranks, knownNranks);
+  } else if (rank < 0 || rank >= nranks) {
+    snprintf(why, whyLen, "rank %d out of range for %d ranks", rank, nranks);
+  } else if (bsAddrFromBytes(addrOut, &sa) != 0) {
+    snprintf(why, whyLen, "rank %d sent an invalid listener address", rank);
+  } else {
+    return 0;
+  }
+  return -1;
+}
+
 /* Pending connection i sent a complete hello: register its rank or drop it. */
 static papcclResult_t rootTakeHello(struct rootState* st, int i) {
   struct papBsHelloConn* c = &st->pending[i];
-  const unsigned char* p = c->buf + PAP_BS_HDR;
-  int rank = (int)bsGet32(p);
-  int nranks = (int)bsGet32(p + 4);
+  int rank;
+  int nranks;
   struct papBootstrapAddr addr;
-  union papSockAddr sa;
   char why[PAP_BS_WHY_LEN];
   char str[PAP_SOCKET_ADDR_STRLEN];
 
-  memcpy(addr.bytes, p + 8, PAP_BOOTSTRAP_ADDR_BYTES);
-  if (nranks < 1 || nranks > PAP_BOOTSTRAP_MAX_RANKS) {
-    snprintf(why, sizeof(why), "nranks %d out of range 1..%d", nranks, PAP_BOOTSTRAP_MAX_RANKS);
-  } else if (st->nranks > 0 && nranks != st->nranks) {
-    snprintf(why, sizeof(why), "nranks %d disagrees with %d from the ranks before", nranks,
-             st->nranks);
-  } else if (rank < 0 || rank >= nranks) {
-    snprintf(why, sizeof(why), "rank %d out of range for %d ranks", rank, nranks);
-  } else if (bsAddrFromBytes(&addr, &sa) != 0) {
-    snprintf(why, sizeof(why), "rank %d sent an invalid listener address", rank);
-  } else if (st->nranks > 0 && st->rankFd[rank] >= 0) {
+  int bad = papBootstrapRootHelloCheck(c->buf + PAP_BS_HDR, st->nranks, &rank, &nranks, &addr, why,
+                                       sizeof(why));
+  if (!bad && st->nranks > 0 && st->rankFd[rank] >= 0) {
     snprintf(why, sizeof(why), "rank %d already joined from %s", rank,
              papSocketAddrToString(&st->rankPeer[rank], str, sizeof(str)));
-  } else {
+    bad = 1;
+  }
+  if (!bad) {
     if (st->nranks < 0) PAP_CHECK(rootSetNranks(st, nranks));
     st->rankFd[rank] = c->fd;
     st->rankPeer[rank] = c->peer;

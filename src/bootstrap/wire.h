@@ -55,6 +55,13 @@ static inline int bsAddrFromBytes(const struct papBootstrapAddr* in, union papSo
 int papBootstrapCheckHdr(const unsigned char* raw, const unsigned char* key, int type, uint64_t len,
                          uint32_t seq, uint32_t step, char* why, size_t whyLen);
 
+/* Checks the payload of a root hello (PAP_BOOTSTRAP_ROOT_HELLO_BYTES) against knownNranks
+ * (<= 0: none yet): 0 with its rank, nranks and listener address, or -1 with the reason in
+ * why (rank, nranks and address are filled either way). */
+int papBootstrapRootHelloCheck(const unsigned char* payload, int knownNranks, int* rankOut,
+                               int* nranksOut, struct papBootstrapAddr* addrOut, char* why,
+                               size_t whyLen);
+
 /* Reads what c's socket has, never blocking. 1: c->buf holds a complete hello of `type`
  * with a valid header; 0: more to read; -1: bad or closed (the reason in why). */
 int papBootstrapHelloProgress(struct papBsHelloConn* c, const unsigned char* key, int type,

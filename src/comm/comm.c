@@ -14,25 +14,41 @@
 #include "check.h"
 #include "cuda/device.h"
 #include "enqueue/enqueue.h"
+#include "fault.h"
 #include "futex.h"
 #include "log.h"
 #include "pap/pap.h"
 #include "param.h"
 
-/* ---- Tombstones: destroyed comm shells stay readable (magic DEAD) until exit ------------ */
+/* ---- Tombstones: destroyed comm shells stay readable (magic DEAD) for a while ----------- */
 
+/* The PAP_TOMB_MAX most recent tombstones are kept; an older one is freed when its ring slot
+ * is reused (one still entered by a call moves to the list below, freed at exit). Keeping
+ * every one until exit grew a process that creates and destroys communicators by 2 KiB per
+ * comm without bound. */
+#define PAP_TOMB_MAX 256
 static pthread_mutex_t tombLock = PTHREAD_MUTEX_INITIALIZER;
+static struct papComm* tombRing[PAP_TOMB_MAX];
+static unsigned tombSlot;
 static struct papComm* tombHead;
+
+static void freeShell(struct papComm* c) {
+  pthread_mutex_destroy(&c->progressLock);
+  pthread_mutex_destroy(&c->userOpLock);
+  pthread_mutex_destroy(&c->jobLock);
+  free(c);
+}
 
 __attribute__((destructor)) static void freeTombstones(void) {
   pthread_mutex_lock(&tombLock);
   while (tombHead) {
     struct papComm* c = tombHead;
     tombHead = c->tombNext;
-    pthread_mutex_destroy(&c->progressLock);
-    pthread_mutex_destroy(&c->userOpLock);
-    pthread_mutex_destroy(&c->jobLock);
-    free(c);
+    freeShell(c);
+  }
+  for (int i = 0; i < PAP_TOMB_MAX; i++) {
+    if (tombRing[i]) freeShell(tombRing[i]);
+    tombRing[i] = NULL;
   }
   pthread_mutex_unlock(&tombLock);
 }
@@ -40,9 +56,16 @@ __attribute__((destructor)) static void freeTombstones(void) {
 void papCommFreeShell(struct papComm* comm) {
   atomic_store_explicit((_Atomic uint64_t*)&comm->magic, PAP_COMM_DEAD, memory_order_seq_cst);
   pthread_mutex_lock(&tombLock);
-  comm->tombNext = tombHead;
-  tombHead = comm;
+  struct papComm* old = tombRing[tombSlot];
+  tombRing[tombSlot] = comm;
+  tombSlot = (tombSlot + 1) % PAP_TOMB_MAX;
+  if (old && atomic_load_explicit(&old->activeCalls, memory_order_seq_cst) != 0) {
+    old->tombNext = tombHead;
+    tombHead = old;
+    old = NULL;
+  }
   pthread_mutex_unlock(&tombLock);
+  if (old) freeShell(old);
 }
 
 papcclResult_t papCommAllocShell(int rank, int nranks, const papcclConfig_t* config,
@@ -341,6 +364,7 @@ PAPCCL_API papcclResult_t papcclCommInitRankConfig(papcclComm_t* newcomm, int nr
                                                    papcclConfig_t* config) {
   const char* fn = "papcclCommInitRank";
   PAP_CHECK(checkInitArgs(fn, newcomm, nranks, rank, &commId, config));
+  papFaultCheckBuild();
   struct papComm* comm = NULL;
   PAP_CHECK(papCommAllocShell(rank, nranks, config, &comm));
   if (papGroupDepth() > 0) {

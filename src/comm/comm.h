@@ -28,9 +28,9 @@ struct papUserOp {
   unsigned char scalar[8];
 };
 
-/* The comm object is never freed while the process runs (a tombstone stays after destroy),
- * so a call on a destroyed comm reads magic == PAP_COMM_DEAD instead of freed memory. The
- * heavy parts hang off it and are freed at destroy. */
+/* The comm object outlives destroy as a tombstone (the 256 most recent ones are kept), so a
+ * call on a destroyed comm reads magic == PAP_COMM_DEAD instead of freed memory. The heavy
+ * parts hang off it and are freed at destroy. */
 struct papComm {
   uint64_t magic;
   int rank;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Version, unique id, error strings, last error, custom reduction operations. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "bootstrap/bootstrap.h"
@@ -51,8 +52,11 @@ PAPCCL_API papcclResult_t papcclGetUniqueId(papcclUniqueId* uniqueId) {
 
 PAPCCL_API const char* papcclGetLastError(papcclComm_t comm) {
   if (comm == NULL) return papLogThreadLastError();
-  /* The shell outlives destroy, so reading it is safe even for a dead comm. */
-  if (comm->magic != PAP_COMM_MAGIC && comm->magic != PAP_COMM_DEAD) return "invalid comm";
+  /* The shell outlives destroy, so reading it is safe even for a dead comm. Destroy or abort
+   * on another thread may be marking it dead now (commRelease's seq_cst store): an atomic
+   * load, as papCommEnter does. */
+  uint64_t m = atomic_load_explicit((_Atomic uint64_t*)&comm->magic, memory_order_acquire);
+  if (m != PAP_COMM_MAGIC && m != PAP_COMM_DEAD) return "invalid comm";
   return comm->lastError;
 }
 

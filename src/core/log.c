@@ -48,7 +48,7 @@ static const struct {
     {"ALL", (unsigned)PAP_LOG_ALL},
 };
 
-static unsigned parseSubsys(const char* s) {
+unsigned papLogParseSubsys(const char* s) {
   int invert = 0;
   unsigned mask = 0;
   char buf[256];
@@ -110,7 +110,7 @@ static void logInitOnce(void) {
       level = PAP_LOG_TRACE;
   }
   const char* sub = getenv("PAPCCL_DEBUG_SUBSYS");
-  if (sub) papLogMaskCached = parseSubsys(sub);
+  if (sub) papLogMaskCached = papLogParseSubsys(sub);
   const char* file = getenv("PAPCCL_DEBUG_FILE");
   logFile = stderr;
   if (file && level > PAP_LOG_NONE) openLogFile(file);

@@ -34,6 +34,8 @@ enum papLogSubsys {
 extern int papLogLevelCached;
 extern unsigned papLogMaskCached;
 void papLogInit(void);
+/* The subsystem mask PAPCCL_DEBUG_SUBSYS=s asks for (a comma list, '^' inverts). */
+unsigned papLogParseSubsys(const char* s);
 
 /* Thread-local rank shown in log lines, and the buffer that receives the last WARN text
  * (a comm's lastError); both set by the API edge for the duration of a call. */

@@ -6,26 +6,35 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "fault.h"
 #include "log.h"
 
 static pthread_mutex_t paramLock = PTHREAD_MUTEX_INITIALIZER;
 
-static int64_t readInt(const char* env, int64_t def, int64_t lo, int64_t hi) {
-  const char* s = getenv(env);
-  if (s == NULL || *s == '\0') return def;
+int papParamParseInt(const char* s, int64_t lo, int64_t hi, int64_t* valueOut) {
   char* end = NULL;
   errno = 0;
   long long v = strtoll(s, &end, 0);
-  if (errno != 0 || end == s || *end != '\0') {
+  if (errno != 0 || end == s || *end != '\0') return -1;
+  *valueOut = v;
+  return v < lo || v > hi ? -2 : 0;
+}
+
+static int64_t readInt(const char* env, int64_t def, int64_t lo, int64_t hi) {
+  const char* s = getenv(env);
+  if (s == NULL || *s == '\0') return def;
+  int64_t v = 0;
+  int rc = papParamParseInt(s, lo, hi, &v);
+  if (rc == -1) {
     PAP_WARN("invalid value '%.64s' for %s, using the default %lld", s, env, (long long)def);
     return def;
   }
-  if (v < lo || v > hi) {
-    PAP_WARN("%s=%lld is out of range [%lld, %lld], using the default %lld", env, v, (long long)lo,
-             (long long)hi, (long long)def);
+  if (rc == -2) {
+    PAP_WARN("%s=%lld is out of range [%lld, %lld], using the default %lld", env, (long long)v,
+             (long long)lo, (long long)hi, (long long)def);
     return def;
   }
-  PAP_INFO(PAP_LOG_ENV, "%s set to %lld", env, v);
+  PAP_INFO(PAP_LOG_ENV, "%s set to %lld", env, (long long)v);
   return v;
 }
 
@@ -73,6 +82,7 @@ void papParamReset(void) {
   PAP_PARAM_INT_LIST(PAP_PARAM_RESET_INT)
   PAP_PARAM_STR_LIST(PAP_PARAM_RESET)
   pthread_mutex_unlock(&paramLock);
+  papFaultReset();
 }
 
 #define PAP_PARAM_INFO(getter, env, def, lo, hi, doc) {env, def, lo, hi, papParam##getter},

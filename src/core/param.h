@@ -65,7 +65,9 @@
   X(SocketIfname, "PAPCCL_SOCKET_IFNAME", NULL, "interface for bootstrap sockets") \
   X(Transport, "PAPCCL_TRANSPORT", NULL, "force a transport by name (shm, ucx, ib)") \
   X(HostId, "PAPCCL_HOSTID", NULL, "override the host id (forces the network path in tests)") \
-  X(IbHca, "PAPCCL_IB_HCA", NULL, "ib: device[:port] (default: the first with an active port)")
+  X(IbHca, "PAPCCL_IB_HCA", NULL, "ib: device[:port] (default: the first with an active port)") \
+  X(Fault, "PAPCCL_FAULT", NULL, \
+    "test builds: kill, stall or delay a rank at a point (see src/core/fault.h)")
 
 #define PAP_PARAM_DECL_INT(getter, env, def, lo, hi, doc) int64_t papParam##getter(void);
 #define PAP_PARAM_DECL_STR(getter, env, def, doc) const char* papParam##getter(void);
@@ -73,6 +75,10 @@ PAP_PARAM_INT_LIST(PAP_PARAM_DECL_INT)
 PAP_PARAM_STR_LIST(PAP_PARAM_DECL_STR)
 #undef PAP_PARAM_DECL_INT
 #undef PAP_PARAM_DECL_STR
+
+/* Parses an integer parameter's value s as strtoll base 0 does, the whole string: 0 with
+ * *valueOut, -2 with *valueOut when it lies outside [lo, hi], -1 when s is no integer. */
+int papParamParseInt(const char* s, int64_t lo, int64_t hi, int64_t* valueOut);
 
 /* Forget cached values (tests that change the environment between comms). */
 void papParamReset(void);

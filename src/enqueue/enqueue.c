@@ -213,12 +213,16 @@ static int isColl(const struct papOpDesc* op) {
 
 /* Every collective arrives on its comm's board (in call order); then the ops whose plan
  * depends on the arrivals wait for the decider's commit. A batch of several ops (a group)
- * takes plans every rank can choose alone. */
+ * takes plans every rank can choose alone. Sends and receives on the collective's own comm
+ * do not count: they may differ between its ranks (a peer without a partner), and every
+ * rank must make the same choice. */
 static papcclResult_t arriveAll(struct papOpDesc* ops, int nops) {
-  int grouped = nops > 1;
   for (int i = 0; i < nops; i++) {
     if (!isColl(&ops[i])) continue;
     struct papComm* comm = ops[i].comm;
+    int grouped = 0;
+    for (int j = 0; j < nops && !grouped; j++)
+      grouped = j != i && (isColl(&ops[j]) || ops[j].comm != comm);
     PAP_CHECK(papPapArrive(comm, &ops[i], papPapNeedsDecision(comm, &ops[i], grouped)));
   }
   for (int i = 0; i < nops; i++)

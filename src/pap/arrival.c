@@ -12,6 +12,7 @@
 #include "alloc.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "fault.h"
 #include "futex.h"
 #include "log.h"
 #include "pap/pap.h"
@@ -365,6 +366,7 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, uint64_
         !ch.wait || cnt == (uint32_t)n || (cnt >= (uint32_t)nMin && now - lastChange >= tau);
     if (commit) {
       comm->tops->wait(comm->tstate, tok, 0);
+      PAP_FAULT(PAP_FAULT_COMMIT, comm->rank, (const volatile int*)&comm->abortFlag);
       uint64_t cw = makeWord(a->gen, ch.algo, 1, 1, cnt, cnt);
       int ok = 0;
       PAP_CHECK(bCas(comm, wi, w, cw, &ok));

@@ -10,6 +10,7 @@
 
 #include "alloc.h"
 #include "check.h"
+#include "fault.h"
 #include "log.h"
 #include "param.h"
 
@@ -377,6 +378,7 @@ papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
   int end = papEngineScanEnd(e);
   for (int i = e->first; i < end; i++) {
     struct papStep* s = &e->steps[i];
+    int wasDone = s->state == PAP_STEP_DONE;
     if (s->state == PAP_STEP_IDLE) {
       if (!depsDone(e, s)) continue;
       PAP_CHECK(startStep(e, s, &progressed));
@@ -390,6 +392,10 @@ papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
         progressed = 1;
       }
     }
+    /* Test hook: a rank dying or stalling with chunks of this plan in flight. */
+    if (!wasDone && s->state == PAP_STEP_DONE && s->kind != PAP_STEP_COPY &&
+        s->kind != PAP_STEP_REDUCE)
+      PAP_FAULT(PAP_FAULT_CHUNK, e->rank, e->abortFlag);
     if (i == e->first && s->state == PAP_STEP_DONE) {
       e->first++;
       if (end < e->nsteps) end++;

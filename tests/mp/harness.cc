@@ -339,6 +339,21 @@ std::vector<Outcome> RunProcesses(int n, const Body& body, const Options& opt) {
   return out;
 }
 
+void ExpectKilledAndSurvivors(const std::vector<Outcome>& out, int victim) {
+  for (const Outcome& o : out) {
+    fprintf(stderr, "rank %d: %s %d after %.2f s\n", o.rank, o.exited ? "exit" : "signal",
+            o.exited ? o.exitCode : o.signal, o.seconds);
+    if (o.rank == victim) {
+      EXPECT_FALSE(o.exited) << "the victim rank was meant to die";
+      EXPECT_EQ(SIGKILL, o.signal);
+    } else {
+      EXPECT_FALSE(o.killedAtDeadline) << "rank " << o.rank << " hung";
+      EXPECT_TRUE(o.exited && o.exitCode == 0) << "rank " << o.rank << ": exited=" << o.exited
+                                               << " code=" << o.exitCode << " signal=" << o.signal;
+    }
+  }
+}
+
 void ExpectAllSucceeded(const std::vector<Outcome>& out, const std::string& what) {
   for (const auto& o : out) {
     if (o.killedAtDeadline)

@@ -140,6 +140,10 @@ std::vector<Outcome> RunProcesses(int n, const Body& body, const Options& opt = 
 // Expects every child to have exited with status 0 (adds a failure per rank otherwise).
 void ExpectAllSucceeded(const std::vector<Outcome>& out, const std::string& what);
 
+// Expects rank victim to have died of SIGKILL and every other rank to have exited with 0
+// before the deadline (prints each rank's end).
+void ExpectKilledAndSurvivors(const std::vector<Outcome>& out, int victim);
+
 // Runs body on n threads, one per rank; returns each rank's "body completed" flag (a shared
 // vector). Failures inside the body are recorded by the framework directly.
 std::vector<int> RunThreads(int n, const Body& body, const Options& opt = {});

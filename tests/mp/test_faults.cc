@@ -59,21 +59,6 @@ void SurvivorLoop(Rank& rk) {
   EXPECT_EQ(papcclSuccess, papcclCommAbort(rk.comm));
 }
 
-void ExpectKilledAndSurvivors(const std::vector<Outcome>& out, int victim) {
-  for (const Outcome& o : out) {
-    fprintf(stderr, "rank %d: %s %d after %.2f s\n", o.rank, o.exited ? "exit" : "signal",
-            o.exited ? o.exitCode : o.signal, o.seconds);
-    if (o.rank == victim) {
-      EXPECT_FALSE(o.exited) << "the victim rank was meant to die";
-      EXPECT_EQ(SIGKILL, o.signal);
-    } else {
-      EXPECT_FALSE(o.killedAtDeadline) << "rank " << o.rank << " hung";
-      EXPECT_TRUE(o.exited && o.exitCode == 0) << "rank " << o.rank << ": exited=" << o.exited
-                                               << " code=" << o.exitCode << " signal=" << o.signal;
-    }
-  }
-}
-
 TEST_F(Faults, RankKillsItselfMidCollective) {
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", std::to_string(kTimeoutS));
   const int n = 4, victim = 2;

@@ -253,6 +253,38 @@ TEST_P(Groups, CollectivesAndP2pInterleaved) {
   });
 }
 
+// The point-to-point part of a group may differ between ranks (here rank 2 has no partner), as
+// in NCCL; the collective in it must still take one plan on every rank. It used to count as
+// grouped on ranks 0 and 1 only, and papcclGroupEnd failed with "called inside a group on some
+// ranks and alone on others" (found by the soak).
+TEST_P(Groups, CollectiveWithP2pOnSomeRanks) {
+  const Mode mode = GetParam();
+  const int n = 3;
+  RunRanks(mode, n, [&](Rank& rk) {
+    const int r = rk.rank, peer = r ^ 1;
+    const bool paired = peer < n;
+    for (int round = 0; round < 4; round++) {
+      std::vector<int32_t> out(1000), in(1000, -1);
+      FillP2p(out, r, peer, round);
+      Case c;
+      c.coll = round % 2 ? Coll::kReduceScatter : Coll::kAllReduce;
+      c.type = papcclFloat32;
+      c.count = 4099;
+      c.seed = 40 + round;
+      CaseRunner run(rk, c);
+      ASSERT_EQ(papcclSuccess, papcclGroupStart());
+      run.Issue();
+      if (paired) {
+        EXPECT_EQ(papcclSuccess, papcclSend(out.data(), out.size(), papcclInt32, peer, rk.comm, 0));
+        EXPECT_EQ(papcclSuccess, papcclRecv(in.data(), in.size(), papcclInt32, peer, rk.comm, 0));
+      }
+      ASSERT_EQ(papcclSuccess, papcclGroupEnd()) << papcclGetLastError(rk.comm);
+      run.Verify();
+      if (paired) CheckP2p(in, peer, r, round, "rank " + std::to_string(r));
+    }
+  });
+}
+
 // ---- Nesting ---------------------------------------------------------------------------------
 
 TEST_P(Groups, NestedGroupsRunAtOutermostEnd) {

@@ -42,9 +42,9 @@ bool RunDelayed(const Rank& rk, const Case& c, double delayUs) {
 
 // A recorded-trace file for the trace:FILE pattern: 5 calls of per-rank offsets (us).
 std::string TraceFile(int n) {
-  static int serial = 0;
+  static std::atomic<int> serial{0};  // rank threads make their files at the same time
   std::string path = "/tmp/papccl-test-trace-" + std::to_string(getpid()) + "-" +
-                     std::to_string(serial++) + ".txt";
+                     std::to_string(serial.fetch_add(1)) + ".txt";
   FILE* f = fopen(path.c_str(), "w");
   if (f == nullptr) return "";
   fprintf(f, "# offsets in us, one line per call\n");
@@ -64,6 +64,25 @@ std::string TraceFile(int n) {
 using PapParam = std::tuple<int, Mode, std::string>;
 class PapPatterns : public Pap, public ::testing::WithParamInterface<PapParam> {};
 
+#if defined(__SANITIZE_THREAD__)
+#define PAPT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PAPT_TSAN 1
+#endif
+#endif
+
+// The large count and the chunk that cuts each rank's block of it into several chunks. Under
+// ThreadSanitizer, which instruments every load and store, the 4 MB vectors take minutes per
+// case and add volume, not interleavings: there a tenth of it, in proportionally smaller chunks.
+#ifdef PAPT_TSAN
+constexpr size_t kBig = 100003;
+constexpr const char* kBigChunk = "8192";
+#else
+constexpr size_t kBig = 1000003;
+constexpr const char* kBigChunk = "65536";
+#endif
+
 // Delays (us) of the late rank around the decider's commit point (PAPCCL_PAP_GAP_US = 100):
 // simultaneous, inside the quiet window, right at its end, just after it, well after it.
 const std::vector<double> kCommitShifts = {0, 50, 100, 150, 400, 3000};
@@ -79,7 +98,7 @@ TEST_P(PapPatterns, EveryPatternCountPlacementTypeAndOp) {
   ScopedEnv staging("PAPCCL_SHM_STAGING_SIZE", algo == "ac2s-fifo" ? "0" : nullptr);
   ScopedEnv det("PAPCCL_DETERMINISTIC", algo == "det" ? "1" : nullptr);
   ScopedEnv gap("PAPCCL_PAP_GAP_US", "100");
-  ScopedEnv chunk("PAPCCL_CHUNK_SIZE", "65536");  // several chunks per block at 1000003
+  ScopedEnv chunk("PAPCCL_CHUNK_SIZE", kBigChunk);  // several chunks per block at kBig
   RunRanks(mode, n, [&](Rank& rk) {
     const int expectAlgo = algo == "det"     ? papcclPapAlgoAc2sDet
                            : algo == "chain" ? papcclPapAlgoChain
@@ -99,7 +118,7 @@ TEST_P(PapPatterns, EveryPatternCountPlacementTypeAndOp) {
       a.skewUs = 3000;
       char err[256];
       ASSERT_EQ(0, papPerfArrivalParse(pat, &a, err, sizeof(err))) << err;
-      for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000003)}) {
+      for (size_t count : {size_t(0), size_t(1), size_t(7), kBig}) {
         for (bool inPlace : {false, true}) {
           Case c;
           c.type = papcclFloat32;
@@ -122,7 +141,7 @@ TEST_P(PapPatterns, EveryPatternCountPlacementTypeAndOp) {
       for (int rep = 0; rep < 2; rep++) {
         Case c;
         c.type = papcclFloat32;
-        c.count = 1000003;
+        c.count = kBig;
         c.inPlace = rep == 1;
         c.seed = seed++;
         EXPECT_TRUE(RunDelayed(rk, c, rk.rank == n - 1 ? shift : 0))
@@ -177,7 +196,7 @@ TEST_P(PapColls, EveryPatternCountPlacementRootTypeAndOp) {
   const Mode mode = std::get<1>(GetParam());
   ScopedEnv forced("PAPCCL_ALGO", "pap");
   ScopedEnv gap("PAPCCL_PAP_GAP_US", "100");
-  ScopedEnv chunk("PAPCCL_CHUNK_SIZE", "65536");
+  ScopedEnv chunk("PAPCCL_CHUNK_SIZE", kBigChunk);
   const Coll colls[] = {Coll::kReduceScatter, Coll::kAllGather, Coll::kBroadcast, Coll::kReduce};
   RunRanks(mode, n, [&](Rank& rk) {
     uint32_t seed = 1;
@@ -194,7 +213,7 @@ TEST_P(PapColls, EveryPatternCountPlacementRootTypeAndOp) {
         a.skewUs = 2000;
         char err[256];
         ASSERT_EQ(0, papPerfArrivalParse(pat, &a, err, sizeof(err))) << err;
-        for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000003)}) {
+        for (size_t count : {size_t(0), size_t(1), size_t(7), kBig}) {
           for (bool inPlace : {false, true}) {
             Case c;
             c.coll = coll;

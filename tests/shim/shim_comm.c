@@ -4,6 +4,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "comm/comm.h"
+#include "fault.h"
 #include "kernels/kernels.h"
 #include "log.h"
 #include "param.h"
@@ -63,4 +64,12 @@ int papTestParamIntAt(int i, const char** env, int64_t* def, int64_t* min, int64
 int64_t papTestParamIntGet(int i) {
   const struct papParamIntInfo* p = papParamIntAt(i);
   return p ? p->get() : 0;
+}
+
+int papTestFaultHookBuilt(void) {
+  return papFaultHookBuilt();
+}
+
+int papTestFaultParse(const char* spec) {
+  return papFaultParseCount(spec);
 }

@@ -39,6 +39,11 @@ int64_t papTestCommHierOps(void* comm);
 /* Bytes per element of a datatype as the library sees it (0 for an invalid type). */
 size_t papTestCommTypeSize(int datatype);
 
+/* PAPCCL_FAULT: 1 when the library has the hook; the number of specs in a value (-1 and a
+ * WARN when it is malformed). */
+int papTestFaultHookBuilt(void);
+int papTestFaultParse(const char* spec);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -625,7 +625,7 @@ static void ibWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct ibState* st = (struct ibState*)state;
   pthread_mutex_lock(&st->lock);
   papIbPollCq(st);
-  if (timeoutNs > 0 && !(st->abortFlag && *st->abortFlag) &&
+  if (timeoutNs > 0 && !papTransportAborted(st->abortFlag) &&
       atomic_load_explicit(&st->bell, memory_order_acquire) == token)
     papIbSleepLocked(st, token, timeoutNs);
   pthread_mutex_unlock(&st->lock);
@@ -692,7 +692,7 @@ static void drainSends(struct ibState* st) {
       struct papConn* c = st->conns[p];
       busy = c && !c->dead && (c->sendHead != c->sendTail || c->writes > 0);
     }
-    if (!busy || (st->abortFlag && *st->abortFlag) || papNowNs() > deadline) break;
+    if (!busy || papTransportAborted(st->abortFlag) || papNowNs() > deadline) break;
     papIbSleepLocked(st, tok, 1000000);
   }
   pthread_mutex_unlock(&st->lock);

@@ -130,6 +130,10 @@ papcclResult_t papIbHandleDecode(const void* buf, size_t bufBytes, int expectRan
     *whyOut = "wrong rank";
     return papcclInternalError;
   }
+  if (rank >= nranks) {
+    *whyOut = "rank out of range";
+    return papcclInternalError;
+  }
   size_t bytes = papIbHandleSize((int)nranks);
   if (bytes == 0 || get(p + OFF_BYTES, 4) != bytes) {
     *whyOut = "bad length field";

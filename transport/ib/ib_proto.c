@@ -528,9 +528,9 @@ static papcclResult_t atomicOp(struct ibState* st, struct papConn* c, enum ibv_w
     uint32_t tok = atomic_load_explicit(&st->bell, memory_order_acquire);
     if (papIbPollCq(st) > 0) continue;
     now = papNowNs();
-    if ((st->abortFlag && *st->abortFlag) || now > deadline) {
+    if (papTransportAborted(st->abortFlag) || now > deadline) {
       PAP_WARN("ib: an arrival board atomic did not complete (%s)",
-               st->abortFlag && *st->abortFlag ? "aborted" : "PAPCCL_TIMEOUT_S");
+               papTransportAborted(st->abortFlag) ? "aborted" : "PAPCCL_TIMEOUT_S");
       return papcclRemoteError;
     }
     if (now < spinUntil) {

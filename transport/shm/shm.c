@@ -15,6 +15,7 @@
 #include "futex.h"
 #include "log.h"
 #include "param.h"
+#include "transport/shm/shm.h"
 #include "transport/transport.h"
 
 #define SHM_MAGIC 0x70617073686d3031ull /* "papshm01" */
@@ -57,6 +58,8 @@ struct shmMeta {
   uint32_t bytes;
   uint32_t pad;
 };
+_Static_assert(sizeof(struct shmHeader) == PAP_SHM_HEADER_BYTES, "shm header layout");
+_Static_assert(sizeof(struct shmMeta) == PAP_SHM_META_BYTES, "shm record layout");
 
 struct shmSeg {
   void* base;
@@ -263,6 +266,25 @@ static papcclResult_t shmListen(void* state, void* handleOut) {
   return papcclSuccess;
 }
 
+int papShmHandleName(const void* handle, size_t handleBytes, char* nameOut, size_t nameLen) {
+  const char* h = (const char*)handle;
+  size_t len = strnlen(h, handleBytes);
+  size_t plen = sizeof(PAP_SHM_NAME_PREFIX) - 1;
+  if (len == handleBytes || len >= nameLen || len <= plen ||
+      strncmp(h, PAP_SHM_NAME_PREFIX, plen) != 0 || memchr(h + 1, '/', len - 1) != NULL)
+    return -1;
+  memcpy(nameOut, h, len + 1);
+  return 0;
+}
+
+int papShmCheckHeader(const void* hdr, int nranks, int peer) {
+  const struct shmHeader* h = (const struct shmHeader*)hdr;
+  if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || h->version != SHM_VERSION ||
+      h->nranks != (uint32_t)nranks || h->ownerRank != peer)
+    return -1;
+  return 0;
+}
+
 static papcclResult_t shmConnect(void* state, int peer, const void* handle,
                                  struct papConn** connOut) {
   struct shmState* st = (struct shmState*)state;
@@ -276,7 +298,11 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
   PAP_CHECK(papCallocBytes((void**)&c, 1, sizeof(*c), "shm connection"));
   c->st = st;
   c->peer = peer;
-  snprintf(c->name, sizeof(c->name), "%s", (const char*)handle);
+  if (papShmHandleName(handle, PAP_TRANSPORT_HANDLE_BYTES, c->name, sizeof(c->name)) != 0) {
+    PAP_WARN("shm: the handle of peer %d holds no segment name", peer);
+    res = papcclInternalError;
+    goto out_free;
+  }
   int fd = shm_open(c->name, O_RDWR, 0600);
   if (fd < 0) {
     PAP_WARN("shm_open of peer %d segment %s failed: %s", peer, c->name, strerror(errno));
@@ -305,8 +331,7 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
   c->peerSeg.bytes = bytes;
   segLayout(&c->peerSeg, st->nranks, st->slotSize, st->nslots);
   struct shmHeader* h = c->peerSeg.hdr;
-  if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || h->version != SHM_VERSION ||
-      h->nranks != (uint32_t)st->nranks || h->ownerRank != peer) {
+  if (papShmCheckHeader(h, st->nranks, peer) != 0) {
     PAP_WARN("peer %d segment %s is not a papccl segment of this communicator", peer, c->name);
     res = papcclInternalError;
     goto out_unmap;
@@ -347,11 +372,28 @@ static papcclResult_t shmReady(void* state) {
   return papcclSuccess;
 }
 
+/* ThreadSanitizer does not model fences (GCC warns, -Wtsan). There the waker reads sleepers
+ * with a seq_cst read-modify-write instead of fence + load: then both sides modify sleepers,
+ * so one RMW comes first in its modification order and either the waker reads the sleeper's
+ * increment, or the sleeper's RMW reads the waker's and synchronizes with it (the waker's
+ * published state is visible to the sleeper): the same guarantee as the fences give. */
+#if defined(__SANITIZE_THREAD__)
+#define SHM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SHM_TSAN 1
+#endif
+#endif
+
 /* Ring rank's doorbell if one of its threads sleeps. The seq_cst fence pairs with the one in
  * shmWaitToken: either we see the sleeper, or the sleeper sees our published state. */
 static inline void ringBoard(struct shmBoard* b) {
+#ifdef SHM_TSAN
+  if (atomic_fetch_add_explicit(&b->sleepers, 0, memory_order_seq_cst) != 0) {
+#else
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load_explicit(&b->sleepers, memory_order_relaxed) != 0) {
+#endif
     atomic_fetch_add_explicit(&b->bell, 1, memory_order_seq_cst);
     papFutexWakeAll((uint32_t*)&b->bell);
   }
@@ -451,6 +493,25 @@ out:
   if (pushed) ringBoard(c->peerSeg.board);
 }
 
+int64_t papShmTakeRecord(const void* meta, const char* slot, uint32_t slotSize, uint64_t wantTag,
+                         size_t off, size_t total, char* rbuf, const struct papRecvSink* sink,
+                         uint64_t* tagOut, uint32_t* bytesOut) {
+  /* Read once: a broken peer may change the record while we look at it. */
+  const volatile struct shmMeta* m = (const volatile struct shmMeta*)meta;
+  uint64_t tag = m->tag;
+  uint32_t bytes = m->bytes;
+  *tagOut = tag;
+  *bytesOut = bytes;
+  if (tag != wantTag || bytes > slotSize || off + bytes > total) return -1;
+  if (bytes) {
+    if (sink)
+      sink->fn(sink->arg, off, slot, bytes);
+    else
+      memcpy(rbuf + off, slot, bytes);
+  }
+  return (int64_t)bytes;
+}
+
 static papcclResult_t progressRecvs(struct papConn* c) {
   struct shmState* st = c->st;
   uint64_t tail = atomic_load_explicit(&c->inFifo->tail, memory_order_relaxed);
@@ -465,24 +526,21 @@ static papcclResult_t progressRecvs(struct papConn* c) {
         if (tail == head) goto out;
       }
       uint32_t slot = (uint32_t)(tail % st->nslots);
-      const struct shmMeta* m = &c->inMeta[slot];
-      if (m->tag != r->tag || r->off + m->bytes > r->bytes) {
+      uint64_t mtag;
+      uint32_t mbytes;
+      int64_t n = papShmTakeRecord(&c->inMeta[slot], c->inData + (size_t)slot * st->slotSize,
+                                   st->slotSize, r->tag, r->off, r->bytes, r->rbuf,
+                                   r->hasSink ? &r->sink : NULL, &mtag, &mbytes);
+      if (n < 0) {
         PAP_WARN(
             "shm: message from peer %d does not match the posted receive (tag %#llx vs "
-            "%#llx, %u bytes at offset %zu of %zu)",
-            c->peer, (unsigned long long)m->tag, (unsigned long long)r->tag, m->bytes, r->off,
-            r->bytes);
+            "%#llx, %u bytes at offset %zu of %zu, slots of %u)",
+            c->peer, (unsigned long long)mtag, (unsigned long long)r->tag, mbytes, r->off, r->bytes,
+            st->slotSize);
         res = papcclInternalError;
         goto out;
       }
-      const char* src = c->inData + (size_t)slot * st->slotSize;
-      if (m->bytes) {
-        if (r->hasSink)
-          r->sink.fn(r->sink.arg, r->off, src, m->bytes);
-        else
-          memcpy(r->rbuf + r->off, src, m->bytes);
-      }
-      r->off += m->bytes;
+      r->off += (size_t)n;
       r->started = 1;
       tail++;
       /* Release partner: the acquire load of tail in progressSends (peer side). */
@@ -531,14 +589,16 @@ static uint32_t shmWaitToken(void* state) {
   struct shmBoard* b = ((struct shmState*)state)->self.board;
   uint32_t tok = atomic_load_explicit(&b->bell, memory_order_acquire);
   atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
+#ifndef SHM_TSAN /* see SHM_TSAN: the RMW above is enough there */
   atomic_thread_fence(memory_order_seq_cst);
+#endif
   return tok;
 }
 
 static void shmWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct shmState* st = (struct shmState*)state;
   struct shmBoard* b = st->self.board;
-  if (timeoutNs > 0 && !(st->abortFlag && *st->abortFlag))
+  if (timeoutNs > 0 && !papTransportAborted(st->abortFlag))
     papFutexWait((uint32_t*)&b->bell, token, timeoutNs);
   atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
 }

@@ -30,6 +30,7 @@
 #include "log.h"
 #include "param.h"
 #include "transport/transport.h"
+#include "transport/ucx/ucx.h"
 
 #define UCX_HANDLE_MAGIC 0x7061707563783031ull /* "papucx01" */
 #define UCX_AM_WAKE 7 /* active message id: "something changed for you" */
@@ -42,6 +43,7 @@ struct ucxHandleHdr {
   uint32_t addrLen;
   uint32_t rkeyLen;
 };
+_Static_assert(sizeof(struct ucxHandleHdr) == PAP_UCX_HANDLE_HDR_BYTES, "ucx handle layout");
 
 struct papReq {
   struct papReq* prev; /* outstanding requests: finalize cancels what the engine left */
@@ -321,13 +323,25 @@ static void epError(void* arg, ucp_ep_h ep, ucs_status_t status) {
            ucs_status_string(status));
 }
 
+int papUcxHandleCheck(const void* handle, size_t handleBytes, struct papUcxHandleInfo* infoOut) {
+  struct ucxHandleHdr h;
+  if (handleBytes < sizeof(h)) return -1;
+  memcpy(&h, handle, sizeof(h));
+  if (h.magic != UCX_HANDLE_MAGIC || sizeof(h) + (size_t)h.addrLen + h.rkeyLen > handleBytes)
+    return -1;
+  infoOut->boardAddr = h.boardAddr;
+  infoOut->addr = (const char*)handle + sizeof(h);
+  infoOut->addrLen = h.addrLen;
+  infoOut->rkey = (const char*)handle + sizeof(h) + h.addrLen;
+  infoOut->rkeyLen = h.rkeyLen;
+  return 0;
+}
+
 static papcclResult_t ucxConnect(void* state, int peer, const void* handle,
                                  struct papConn** connOut) {
   struct ucxState* st = (struct ucxState*)state;
-  struct ucxHandleHdr h;
-  memcpy(&h, handle, sizeof(h));
-  if (h.magic != UCX_HANDLE_MAGIC ||
-      sizeof(h) + (size_t)h.addrLen + h.rkeyLen > PAP_TRANSPORT_UCX_HANDLE_BYTES) {
+  struct papUcxHandleInfo h;
+  if (papUcxHandleCheck(handle, PAP_TRANSPORT_UCX_HANDLE_BYTES, &h) != 0) {
     PAP_WARN("ucx: the handle of rank %d is malformed", peer);
     return papcclInternalError;
   }
@@ -339,7 +353,7 @@ static papcclResult_t ucxConnect(void* state, int peer, const void* handle,
   memset(&ep, 0, sizeof(ep));
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  ep.address = (const ucp_address_t*)((const char*)handle + sizeof(h));
+  ep.address = (const ucp_address_t*)h.addr;
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = epError;
   ep.err_handler.arg = c;
@@ -349,7 +363,7 @@ static papcclResult_t ucxConnect(void* state, int peer, const void* handle,
     return ucxFail("ucp_ep_create", s);
   }
   if (peer == 0 && st->boardRkey == NULL) {
-    s = ucp_ep_rkey_unpack(c->ep, (const char*)handle + sizeof(h) + h.addrLen, &st->boardRkey);
+    s = ucp_ep_rkey_unpack(c->ep, h.rkey, &st->boardRkey);
     if (s != UCS_OK) {
       ucp_ep_destroy(c->ep);
       free(c);
@@ -511,7 +525,7 @@ static uint32_t ucxWaitToken(void* state) {
 static void ucxWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct ucxState* st = (struct ucxState*)state;
   ucxDrain(st); /* completions ring the bell */
-  if (timeoutNs <= 0 || (st->abortFlag && *st->abortFlag)) return;
+  if (timeoutNs <= 0 || papTransportAborted(st->abortFlag)) return;
   if (atomic_load_explicit(&st->bell, memory_order_acquire) != token) return;
   /* One thread at a time arms the worker and sleeps on its event fd (the poller); the
    * others sleep on the eventfd only. Two threads arming and progressing one worker lose
@@ -597,13 +611,13 @@ static papcclResult_t ucxWaitRequest(struct ucxState* st, ucs_status_ptr_t req, 
       continue;
     }
     spinUntil = 0;
-    if ((st->abortFlag && *st->abortFlag) || papNowNs() > deadline) {
+    if (papTransportAborted(st->abortFlag) || papNowNs() > deadline) {
       pthread_mutex_lock(&st->wlock);
       ucp_request_cancel(st->worker, req);
       ucp_request_free(req);
       pthread_mutex_unlock(&st->wlock);
       PAP_WARN("ucx: %s did not complete (%s)", what,
-               st->abortFlag && *st->abortFlag ? "aborted" : "PAPCCL_TIMEOUT_S");
+               papTransportAborted(st->abortFlag) ? "aborted" : "PAPCCL_TIMEOUT_S");
       return papcclRemoteError;
     }
     ucxWait(st, tok, 10000000); /* the reply's callback rings the bell */
