@@ -9,23 +9,16 @@
 #include <vector>
 
 #include "mp/harness.h"
+#include "sanitizer.h"
 #include "shim/shim_comm.h"
 
 namespace papt {
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
-#define PAPT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define PAPT_TSAN 1
-#endif
-#endif
-
 // The large count spans several pipeline chunks (256 KiB). Under ThreadSanitizer, which
 // instruments every load and store, 1000003 elements take 1.5 minutes per 2-rank case and add
 // volume, not interleavings: there it is 100003 (400 KB of float), still over one chunk.
-#ifdef PAPT_TSAN
+#if PAPT_TSAN
 const size_t kBig = 100003;
 #else
 const size_t kBig = 1000003;

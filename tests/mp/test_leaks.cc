@@ -16,28 +16,8 @@
 #include <vector>
 
 #include "mp/harness.h"
+#include "sanitizer.h"
 #include "shim/shim_comm.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define PAPT_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define PAPT_ASAN 1
-#endif
-#endif
-#ifndef PAPT_ASAN
-#define PAPT_ASAN 0
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define PAPT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define PAPT_TSAN 1
-#endif
-#endif
-#ifndef PAPT_TSAN
-#define PAPT_TSAN 0
-#endif
 
 namespace papt {
 namespace {

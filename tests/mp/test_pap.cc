@@ -19,6 +19,7 @@
 
 #include "mp/harness.h"
 #include "perf/arrival.h"
+#include "sanitizer.h"
 
 namespace papt {
 namespace {
@@ -64,18 +65,10 @@ std::string TraceFile(int n) {
 using PapParam = std::tuple<int, Mode, std::string>;
 class PapPatterns : public Pap, public ::testing::WithParamInterface<PapParam> {};
 
-#if defined(__SANITIZE_THREAD__)
-#define PAPT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define PAPT_TSAN 1
-#endif
-#endif
-
 // The large count and the chunk that cuts each rank's block of it into several chunks. Under
 // ThreadSanitizer, which instruments every load and store, the 4 MB vectors take minutes per
 // case and add volume, not interleavings: there a tenth of it, in proportionally smaller chunks.
-#ifdef PAPT_TSAN
+#if PAPT_TSAN
 constexpr size_t kBig = 100003;
 constexpr const char* kBigChunk = "8192";
 #else
@@ -514,6 +507,11 @@ SelResult RunSelector(int late, double delayUs, int calls) {
 }
 
 TEST_F(Pap, SelectorStaysClassicWhenBalanced) {
+#if PAPT_TSAN
+  // Balanced means arrivals within the selector's skew bound; ThreadSanitizer slows each
+  // rank by a varying 5-15x, which itself is skew the selector rightly reacts to.
+  GTEST_SKIP() << "arrival skew from ThreadSanitizer's slowdown: not run under it";
+#endif
   SelResult r = RunSelector(-1, 0, 16);
   EXPECT_EQ(papcclPapAlgoRing, r.lastAlgo);
   EXPECT_EQ(0u, r.papOps);

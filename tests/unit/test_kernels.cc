@@ -18,15 +18,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "sanitizer.h"
 #include "tests/shim/shim_kernels.h"
-
-#if defined(__SANITIZE_THREAD__)
-#define PAPT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define PAPT_TSAN 1
-#endif
-#endif
 
 namespace {
 
@@ -471,7 +464,7 @@ void FillRandom(int dt, void* buf, size_t count, std::mt19937_64& rng) {
 class KernelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-#ifdef PAPT_TSAN
+#if PAPT_TSAN
     // Single-threaded arithmetic over millions of elements: nothing for ThreadSanitizer to
     // check, and four minutes of its instrumented loads and stores. The other builds run it.
     GTEST_SKIP() << "host reduction kernels are single-threaded: not run under ThreadSanitizer";
