@@ -28,12 +28,8 @@ struct papTransportCtx {
   int64_t spinNs; /* how long a wait may poll before it sleeps (0: the CPUs are shared) */
 };
 
-/* Reads a backend's copy of ctx->abortFlag. papcclCommAbort stores the flag atomically from
- * any thread while a waiter reads it, so the read is atomic too (acquire: pairs with the
- * abort's seq_cst store). A plain load through the volatile pointer is a data race. */
-static inline int papTransportAborted(const volatile int* abortFlag) {
-  return abortFlag != NULL && __atomic_load_n(abortFlag, __ATOMIC_ACQUIRE) != 0;
-}
+/* A backend reads its copy of ctx->abortFlag with papSocketAborted (socket.h): papcclCommAbort
+ * stores the flag from any thread while a waiter reads it, so the read must be atomic. */
 
 /* The PAP arrival board: PAP_BOARD_SLOTS slots of 64-bit words held by the home rank (rank 0)
  * and reached only through boardAtomic/notify, so a network backend can serve it with remote

@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "param.h"
+#include "socket.h"
 
 #define FAULT_MAX_SPECS 8
 #define FAULT_SPEC_MAX 512
@@ -220,7 +221,7 @@ void papFaultHit(enum papFaultPoint point, int rank, const volatile int* abortFl
     break;
   case FAULT_STALL:
     for (int64_t slept = 0; fire.ms < 0 || slept < fire.ms; slept += 10) {
-      if (abortFlag != NULL && __atomic_load_n(abortFlag, __ATOMIC_ACQUIRE)) break;
+      if (papSocketAborted(abortFlag)) break;
       sleepMs(10);
     }
     break;

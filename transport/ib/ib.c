@@ -40,6 +40,7 @@
 #include "futex.h"
 #include "log.h"
 #include "param.h"
+#include "socket.h"
 #include "transport/ib/ib.h"
 
 static papcclResult_t mrReg(void* arg, void* addr, size_t bytes, int access, void** mrOut) {
@@ -625,7 +626,7 @@ static void ibWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct ibState* st = (struct ibState*)state;
   pthread_mutex_lock(&st->lock);
   papIbPollCq(st);
-  if (timeoutNs > 0 && !papTransportAborted(st->abortFlag) &&
+  if (timeoutNs > 0 && !papSocketAborted(st->abortFlag) &&
       atomic_load_explicit(&st->bell, memory_order_acquire) == token)
     papIbSleepLocked(st, token, timeoutNs);
   pthread_mutex_unlock(&st->lock);
@@ -692,7 +693,7 @@ static void drainSends(struct ibState* st) {
       struct papConn* c = st->conns[p];
       busy = c && !c->dead && (c->sendHead != c->sendTail || c->writes > 0);
     }
-    if (!busy || papTransportAborted(st->abortFlag) || papNowNs() > deadline) break;
+    if (!busy || papSocketAborted(st->abortFlag) || papNowNs() > deadline) break;
     papIbSleepLocked(st, tok, 1000000);
   }
   pthread_mutex_unlock(&st->lock);

@@ -30,6 +30,7 @@
 #include "futex.h"
 #include "log.h"
 #include "param.h"
+#include "socket.h"
 #include "transport/ib/ib.h"
 
 static void ring(struct ibState* st) {
@@ -528,9 +529,9 @@ static papcclResult_t atomicOp(struct ibState* st, struct papConn* c, enum ibv_w
     uint32_t tok = atomic_load_explicit(&st->bell, memory_order_acquire);
     if (papIbPollCq(st) > 0) continue;
     now = papNowNs();
-    if (papTransportAborted(st->abortFlag) || now > deadline) {
+    if (papSocketAborted(st->abortFlag) || now > deadline) {
       PAP_WARN("ib: an arrival board atomic did not complete (%s)",
-               papTransportAborted(st->abortFlag) ? "aborted" : "PAPCCL_TIMEOUT_S");
+               papSocketAborted(st->abortFlag) ? "aborted" : "PAPCCL_TIMEOUT_S");
       return papcclRemoteError;
     }
     if (now < spinUntil) {

@@ -15,6 +15,7 @@
 #include "futex.h"
 #include "log.h"
 #include "param.h"
+#include "socket.h"
 #include "transport/shm/shm.h"
 #include "transport/transport.h"
 
@@ -598,7 +599,7 @@ static uint32_t shmWaitToken(void* state) {
 static void shmWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct shmState* st = (struct shmState*)state;
   struct shmBoard* b = st->self.board;
-  if (timeoutNs > 0 && !papTransportAborted(st->abortFlag))
+  if (timeoutNs > 0 && !papSocketAborted(st->abortFlag))
     papFutexWait((uint32_t*)&b->bell, token, timeoutNs);
   atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
 }

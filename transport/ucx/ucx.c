@@ -29,6 +29,7 @@
 #include "futex.h"
 #include "log.h"
 #include "param.h"
+#include "socket.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx.h"
 
@@ -525,7 +526,7 @@ static uint32_t ucxWaitToken(void* state) {
 static void ucxWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct ucxState* st = (struct ucxState*)state;
   ucxDrain(st); /* completions ring the bell */
-  if (timeoutNs <= 0 || papTransportAborted(st->abortFlag)) return;
+  if (timeoutNs <= 0 || papSocketAborted(st->abortFlag)) return;
   if (atomic_load_explicit(&st->bell, memory_order_acquire) != token) return;
   /* One thread at a time arms the worker and sleeps on its event fd (the poller); the
    * others sleep on the eventfd only. Two threads arming and progressing one worker lose
@@ -611,13 +612,13 @@ static papcclResult_t ucxWaitRequest(struct ucxState* st, ucs_status_ptr_t req, 
       continue;
     }
     spinUntil = 0;
-    if (papTransportAborted(st->abortFlag) || papNowNs() > deadline) {
+    if (papSocketAborted(st->abortFlag) || papNowNs() > deadline) {
       pthread_mutex_lock(&st->wlock);
       ucp_request_cancel(st->worker, req);
       ucp_request_free(req);
       pthread_mutex_unlock(&st->wlock);
       PAP_WARN("ucx: %s did not complete (%s)", what,
-               papTransportAborted(st->abortFlag) ? "aborted" : "PAPCCL_TIMEOUT_S");
+               papSocketAborted(st->abortFlag) ? "aborted" : "PAPCCL_TIMEOUT_S");
       return papcclRemoteError;
     }
     ucxWait(st, tok, 10000000); /* the reply's callback rings the bell */
