@@ -39,8 +39,10 @@ log "GPU tests"
 "$G/papccl_gpu" >"$OUTDIR/gpu-tests.txt" 2>&1 && log "GPU tests passed" || log "GPU tests FAILED"
 grep -E "OK \]|FAILED|PASSED|figure|SKIPPED \]" "$OUTDIR/gpu-tests.txt" | tee -a "$OUTDIR/summary.txt" || true
 
+gcc -O2 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc -Isrc/core -I. -I"$CUDA_HOME/include" \
+  -c tests/shim/shim_ipc.c -o "$G/shim_ipc.o"
 g++ -O2 -std=c++17 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc -Isrc/core -I. -I"$GTEST_SRC/include" \
-  -I"$CUDA_HOME/include" tests/gpu/test_gpu_colls.cc "$G/gtest-all.o" \
+  -I"$CUDA_HOME/include" tests/gpu/test_gpu_colls.cc "$G/shim_ipc.o" "$G/gtest-all.o" \
   "$B/src/libpapccl.a" -L"$CUDA_HOME/lib64" -lcudart -lpthread -lrt -lm -o "$G/papccl_gpu_colls"
 log "GPU collectives (device buffers in stream order, ranks sharing the GPU)"
 for memops in 1 0; do

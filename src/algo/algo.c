@@ -69,6 +69,8 @@ papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op) {
   papPlanBeginOp(e, op->seq);
   switch (op->coll) {
   case PAP_COLL_ALLREDUCE:
+    /* Through the ranks' device memory when the comm has it (the same on every rank). */
+    if (papAlgoIpcEligible(op, e)) return papAllReduceIpc(e, op);
     /* op->algo was fixed at arrival: the same on every rank (src/pap/arrival.c). */
     switch (op->algo) {
     case PAP_ALGO_RHD:

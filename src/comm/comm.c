@@ -271,6 +271,7 @@ static papcclResult_t commSetup(struct papComm* comm) {
                                (const volatile int*)&comm->abortFlag),
                  res, out);
   PAP_CHECK_GOTO(papPapInit(comm), res, out);
+  PAP_CHECK_GOTO(papIpcCommInit(comm), res, out);
   PAP_INFO(PAP_LOG_INIT, "comm %p rank %d nranks %d ready (transport %s)", (void*)comm, comm->rank,
            n, comm->tops->name);
 out:
@@ -284,6 +285,7 @@ static void commTeardown(struct papComm* comm) {
   papHierFree(comm, atomic_load_explicit(&comm->abortFlag, memory_order_acquire));
   papProgressStop(comm);
   papDeviceCommFree(comm);
+  papIpcCommFree(comm);
   if (comm->engine.steps || comm->engine.lastSend) papEngineFree(&comm->engine);
   papPapFree(comm);
   if (comm->tstate) comm->tops->finalize(comm->tstate);
@@ -413,10 +415,12 @@ struct initAllArg {
   int rank;
   papcclUniqueId id;
   papcclResult_t res;
+  int dev;
 };
 
 static void* initAllThread(void* p) {
   struct initAllArg* a = (struct initAllArg*)p;
+  papDeviceUse(a->dev); /* rank i's comm is made on its device, as NCCL's */
   a->res = papcclCommInitRank(a->comm, a->nranks, a->id, a->rank);
   return NULL;
 }
@@ -449,7 +453,7 @@ PAPCCL_API papcclResult_t papcclCommInitAll(papcclComm_t* comms, int ndev, const
   int started = 0;
   for (int i = 0; i < ndev; i++) {
     comms[i] = NULL;
-    args[i] = (struct initAllArg){&comms[i], ndev, i, id, papcclSuccess};
+    args[i] = (struct initAllArg){&comms[i], ndev, i, id, papcclSuccess, devlist ? devlist[i] : i};
     int err = pthread_create(&th[i], NULL, initAllThread, &args[i]);
     if (err != 0) {
       PAP_WARN("papcclCommInitAll: pthread_create failed: %s", strerror(err));
@@ -679,6 +683,7 @@ PAPCCL_API papcclResult_t papcclCommSplit(papcclComm_t comm, int color, int key,
       members[pr] = addrs[r];
     }
     papLogSetContext(child->rank, child->lastError, sizeof(child->lastError));
+    child->cudaDev = comm->cudaDev; /* before setup: the CUDA IPC arena goes on it */
     res = papBootstrapConnect(child->bs, members);
     if (res == papcclSuccess) res = commSetup(child);
     if (res == papcclSuccess) {
@@ -688,7 +693,6 @@ PAPCCL_API papcclResult_t papcclCommSplit(papcclComm_t comm, int color, int key,
     }
     papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
     if (res != papcclSuccess) goto out_child;
-    child->cudaDev = comm->cudaDev;
     *newcomm = child;
   }
   goto out;

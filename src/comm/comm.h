@@ -19,6 +19,7 @@ struct papPapState;
 struct papJob;
 struct papDevState;
 struct papDevStage;
+struct papIpcState;
 
 /* Ops created by papcclRedOpCreatePreMulSum live in a small per-comm table. */
 #define PAP_MAX_USER_OPS 64
@@ -64,6 +65,7 @@ struct papComm {
   struct papPapState* pap; /* arrival statistics and selector; same owner */
   struct papDevState* dev; /* device-buffer state (src/cuda/device.c), created on first use */
   pthread_mutex_t devLock; /* guards dev's creation and its staging pool */
+  struct papIpcState* ipc; /* CUDA IPC arenas (src/cuda/ipc.c), or NULL; engine.dev uses them */
   pthread_mutex_t progressLock;
 
   struct papUserOp userOps[PAP_MAX_USER_OPS];

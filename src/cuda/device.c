@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "algo/algo.h"
 #include "alloc.h"
 #include "check.h"
 #include "enqueue/enqueue.h"
@@ -38,6 +39,12 @@ int papDeviceAvailable(void) {
 }
 int papDeviceCurrent(void) {
   return -1;
+}
+int papDeviceContextExists(void) {
+  return 0;
+}
+void papDeviceUse(int dev) {
+  (void)dev;
 }
 int papDeviceOpNeedsStream(struct papOpDesc* d) {
   (void)d;
@@ -244,16 +251,8 @@ static int onGpu(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-/* Makes comm's device current on this thread for a few CUDA calls, and puts back whatever
- * context was current before (one made with cuCtxCreate too, or none). */
-struct devSaved {
-  int switched;
-  int dev; /* the runtime's device before, or -1 */
-  void* ctx;
-};
-
-static struct devSaved devEnter(const struct papComm* comm) {
-  struct devSaved sv = {0, -1, NULL};
+struct papDevSaved papDeviceEnter(const struct papComm* comm) {
+  struct papDevSaved sv = {0, -1, NULL};
   if (comm->cudaDev < 0 || cuCtxCurrent == NULL || cuCtxSet == NULL) return sv;
   if (cuCtxCurrent(&sv.ctx) != 0 || cudaGetDevice(&sv.dev) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -265,7 +264,7 @@ static struct devSaved devEnter(const struct papComm* comm) {
   return sv;
 }
 
-static void devLeave(struct devSaved sv) {
+void papDeviceLeave(struct papDevSaved sv) {
   if (!sv.switched) return;
   if (sv.dev >= 0) cudaSetDevice(sv.dev);
   cuCtxSet(sv.ctx);
@@ -277,6 +276,15 @@ static void* currentCtx(void) {
   void* ctx = NULL;
   if (cuCtxCurrent == NULL || cuCtxCurrent(&ctx) != 0) return NULL;
   return ctx;
+}
+
+int papDeviceContextExists(void) {
+  return papDeviceAvailable() && devContextExists();
+}
+
+void papDeviceUse(int dev) {
+  if (dev < 0 || dev >= devCount || !papDeviceContextExists()) return;
+  if (cudaSetDevice(dev) != cudaSuccess) (void)cudaGetLastError();
 }
 
 int papDeviceOpNeedsStream(struct papOpDesc* d) {
@@ -445,7 +453,8 @@ static papcclResult_t streamValue(struct papDevState* st, struct CUstream_st* st
  * aligned within the job's block. */
 static size_t stageSpan(const struct papOpDesc* op, size_t* sendOff, size_t* recvOff) {
   uintptr_t s = (uintptr_t)op->userSend, r = (uintptr_t)op->userRecv;
-  size_t sb = op->sendOnGpu ? op->sendBytes : 0, rb = op->recvOnGpu ? op->recvBytes : 0;
+  size_t sb = op->sendOnGpu && !op->direct ? op->sendBytes : 0;
+  size_t rb = op->recvOnGpu && !op->direct ? op->recvBytes : 0;
   size_t span;
   if (sb && rb && s < r + rb && r < s + sb) {
     uintptr_t lo = s < r ? s : r;
@@ -508,6 +517,9 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
     struct papOpDesc* op = &job->ops[i];
     op->userSend = op->sendbuff;
     op->userRecv = op->recvbuff;
+    /* The CUDA IPC allreduce reads and writes the user's buffers itself, in stream order:
+     * no staging (engine.dev does not change after init). */
+    op->direct = papAlgoIpcEligible(op, &comm->engine);
     size_t so, ro;
     total += stageSpan(op, &so, &ro);
   }
@@ -570,7 +582,7 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
   res = streamValue(st, stream, DEV_DONE_WORD, job->devSeq, 1);
   for (int i = 0; i < nops && res == papcclSuccess; i++) {
     struct papOpDesc* op = &job->ops[i];
-    if (op->recvOnGpu) {
+    if (op->recvOnGpu && !op->direct) {
       cudaError_t e =
           cudaMemcpyAsync(op->userRecv, op->recvbuff, op->recvBytes, cudaMemcpyDefault, stream);
       if (e != cudaSuccess) res = cudaFail("enqueueing the copy of the result", e);
@@ -617,7 +629,7 @@ papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int 
     res = (papcclResult_t)err;
   }
   if (res == papcclSuccess) res = papDeviceCheckStream(comm, (struct CUstream_st*)stream);
-  struct devSaved prevDev = devEnter(comm);
+  struct papDevSaved prevDev = papDeviceEnter(comm);
   struct papJob* job = NULL;
   int queued = 0;
   pthread_mutex_lock(&comm->devLock);
@@ -643,7 +655,7 @@ papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int 
     free(job);
   }
   pthread_mutex_unlock(&comm->devLock);
-  devLeave(prevDev);
+  papDeviceLeave(prevDev);
   atomic_fetch_sub_explicit(&comm->activeCalls, 1, memory_order_seq_cst);
   return res;
 }

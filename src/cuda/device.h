@@ -38,4 +38,31 @@ void papDeviceDropJob(struct papComm* comm, struct papJob* job);
 /* Frees comm's device state (pinned words, staging pool). After the progress thread ended. */
 void papDeviceCommFree(struct papComm* comm);
 
+/* 1 when GPU support is on and some CUDA context exists in the process (papccl never makes
+ * the first one for a process that does not use the GPU). */
+int papDeviceContextExists(void);
+/* This thread uses device dev, when the process uses the GPU and dev exists (else nothing). */
+void papDeviceUse(int dev);
+
+/* Makes comm's device current on this thread for a few CUDA calls; papDeviceLeave puts back
+ * whatever context was current before (one made with cuCtxCreate too, or none). CUDA builds
+ * with GPU support only. */
+struct papDevSaved {
+  int switched;
+  int dev; /* the runtime's device before, or -1 */
+  void* ctx;
+};
+struct papDevSaved papDeviceEnter(const struct papComm* comm);
+void papDeviceLeave(struct papDevSaved sv);
+
+/* CUDA IPC among the ranks of one host (ipc.c). Collective over comm, after its transport and
+ * engine are up: when every rank has a GPU, uses it, is on this host (shm) and PAPCCL_CUDA_IPC
+ * is 1, each rank gets a device arena that every other rank maps, and comm->engine.dev is set
+ * (allreduce then goes through device memory, src/algo/ipc.c). Otherwise, or when any rank
+ * fails to set it up, nothing changes (one INFO line says why). Fails only when the bootstrap
+ * does. */
+papcclResult_t papIpcCommInit(struct papComm* comm);
+/* Unmaps the peers' arenas and keeps this rank's for a later comm. */
+void papIpcCommFree(struct papComm* comm);
+
 #endif /* PAPCCL_CUDA_DEVICE_H_ */

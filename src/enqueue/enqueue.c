@@ -200,6 +200,9 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
       }
     }
     int64_t slice = ncomms == 1 ? 100000000 : 200000;
+    /* Device work rings no doorbell when it finishes: look again soon. */
+    for (int c = 0; c < ncomms; c++)
+      if (comms[c]->engine.devPosted > 0 && slice > 20000) slice = 20000;
     if (p) slice = 0;
     if ((int64_t)(deadline - now) < slice) slice = (int64_t)(deadline - now);
     c0->tops->wait(c0->tstate, tok, slice);

@@ -65,6 +65,17 @@ void papEngineFree(struct papEngine* e) {
 }
 
 void papPlanReset(struct papEngine* e) {
+  /* A failed plan may leave device work posted: its handles go back to the device. */
+  for (int i = e->first; e->devPosted > 0 && i < e->nsteps; i++) {
+    struct papStep* s = &e->steps[i];
+    if ((s->kind == PAP_STEP_DCOPY || s->kind == PAP_STEP_DREDUCE) && s->devReq) {
+      e->dev.ops->drop(e->dev.ctx, s);
+      s->devReq = NULL;
+      e->devPosted--;
+    }
+  }
+  e->devPosted = 0;
+  e->ipcEnd = -1;
   e->nsteps = 0;
   e->first = 0;
   e->scanAll = 0;
@@ -165,10 +176,12 @@ int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, i
   return idx;
 }
 
-int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
-                  papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
+/* A local step: dst = a (OP b). */
+static int planLocal(struct papEngine* e, int kind, void* dst, const void* a, const void* b,
+                     size_t bytes, papcclDataType_t dtype, enum papRedKind red, int dep0,
+                     int dep1) {
   int idx;
-  struct papStep* s = newStep(e, PAP_STEP_REDUCE, dep0, dep1, &idx);
+  struct papStep* s = newStep(e, kind, dep0, dep1, &idx);
   if (s == NULL) return -1;
   s->dst = (char*)dst;
   s->src = (const char*)a;
@@ -177,6 +190,41 @@ int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, 
   s->dtype = (uint8_t)dtype;
   s->red = (uint8_t)red;
   return idx;
+}
+
+int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
+                  papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
+  return planLocal(e, PAP_STEP_REDUCE, dst, a, b, bytes, dtype, red, dep0, dep1);
+}
+
+static int planDev(struct papEngine* e, int kind, void* dst, const void* a, const void* b,
+                   size_t bytes, papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
+  if (e->dev.ops == NULL) {
+    PAP_WARN("internal error: a device step on a communicator without device support");
+    if (e->cap != PLAN_FAILED_CAP) {
+      free(e->steps);
+      e->steps = NULL;
+      e->cap = PLAN_FAILED_CAP;
+    }
+    return -1;
+  }
+  return planLocal(e, kind, dst, a, b, bytes, dtype, red, dep0, dep1);
+}
+
+int papPlanDevCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0,
+                   int dep1) {
+  return planDev(e, PAP_STEP_DCOPY, dst, src, NULL, bytes, papcclInt8, PAP_RED_SUM, dep0, dep1);
+}
+
+int papPlanDevReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
+                     papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
+  return planDev(e, PAP_STEP_DREDUCE, dst, a, b, bytes, dtype, red, dep0, dep1);
+}
+
+int papPlanJoin(struct papEngine* e, int dep0, int dep1) {
+  if (dep0 < 0) return dep1;
+  if (dep1 < 0) return dep0;
+  return papPlanCopy(e, NULL, NULL, 0, dep0, dep1);
 }
 
 int papPlanPublish(struct papEngine* e, const void* src, size_t bytes, int slot, uint64_t tag,
@@ -365,6 +413,16 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
     s->state = PAP_STEP_DONE;
     break;
   }
+  case PAP_STEP_DCOPY:
+  case PAP_STEP_DREDUCE:
+    if (s->bytes == 0 || (s->kind == PAP_STEP_DCOPY && s->dst == s->src)) {
+      s->state = PAP_STEP_DONE;
+      break;
+    }
+    PAP_CHECK(e->dev.ops->post(e->dev.ctx, s));
+    s->state = PAP_STEP_POSTED;
+    e->devPosted++;
+    break;
   default:
     PAP_WARN("internal error: unknown plan step kind %d", s->kind);
     return papcclInternalError;
@@ -385,8 +443,16 @@ papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
     }
     if (s->state == PAP_STEP_POSTED) {
       int done = 0;
-      PAP_CHECK(e->tops->test(s->req, &done, NULL));
+      int dev = s->kind == PAP_STEP_DCOPY || s->kind == PAP_STEP_DREDUCE;
+      if (dev)
+        PAP_CHECK(e->dev.ops->test(e->dev.ctx, s, &done));
+      else
+        PAP_CHECK(e->tops->test(s->req, &done, NULL));
       if (done) {
+        if (dev) {
+          s->devReq = NULL;
+          e->devPosted--;
+        }
         s->req = NULL;
         s->state = PAP_STEP_DONE;
         progressed = 1;
@@ -394,7 +460,7 @@ papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
     }
     /* Test hook: a rank dying or stalling with chunks of this plan in flight. */
     if (!wasDone && s->state == PAP_STEP_DONE && s->kind != PAP_STEP_COPY &&
-        s->kind != PAP_STEP_REDUCE)
+        s->kind != PAP_STEP_REDUCE && s->kind != PAP_STEP_DCOPY && s->kind != PAP_STEP_DREDUCE)
       PAP_FAULT(PAP_FAULT_CHUNK, e->rank, e->abortFlag);
     if (i == e->first && s->state == PAP_STEP_DONE) {
       e->first++;

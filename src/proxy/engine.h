@@ -61,6 +61,7 @@ struct papOpDesc {
   size_t recvBytes;
   int sendOnGpu; /* that buffer is device or managed memory (staged); else used directly */
   int recvOnGpu;
+  int direct; /* device op on the CUDA IPC allreduce: the user's buffers, no staging */
 };
 
 enum papStepKind {
@@ -70,7 +71,9 @@ enum papStepKind {
   PAP_STEP_COPY, /* dst = src */
   PAP_STEP_REDUCE, /* dst = src OP src2 */
   PAP_STEP_PUBLISH, /* copy src into slot `peer` of my staging area for `readers` local peers */
-  PAP_STEP_FETCH /* copy slot `slot` of rank `peer`'s staging area into dst */
+  PAP_STEP_FETCH, /* copy slot `slot` of rank `peer`'s staging area into dst */
+  PAP_STEP_DCOPY, /* dst = src by the device (e->dev): either may be a peer's memory */
+  PAP_STEP_DREDUCE /* dst = src OP src2 by the device */
 };
 
 enum {
@@ -100,6 +103,28 @@ struct papStep {
   size_t bytes;
   uint64_t tag;
   struct papReq* req;
+  void* devReq; /* DCOPY/DREDUCE: the device's handle while posted (an event) */
+};
+
+/* Executes DCOPY/DREDUCE steps (src/cuda/ipc.c: CUDA copies and kernels on an internal
+ * stream). post enqueues the work and sets s->devReq; test sets *doneOut once it is finished
+ * (and releases devReq); drop releases devReq of a step abandoned by a failed plan. Steps of
+ * 0 bytes never reach them. */
+struct papDevStepOps {
+  papcclResult_t (*post)(void* ctx, struct papStep* s);
+  papcclResult_t (*test)(void* ctx, struct papStep* s, int* doneOut);
+  void (*drop)(void* ctx, struct papStep* s);
+};
+
+/* Direct device memory among the ranks (all on one host), for the IPC allreduce
+ * (src/algo/ipc.c). Each rank has an arena of `bytes` (the same on every rank): the first
+ * half takes its input, the second half the blocks it reduces; arena[p] is rank p's arena as
+ * this process addresses it (mapped through CUDA IPC). */
+struct papDevView {
+  const struct papDevStepOps* ops;
+  void* ctx;
+  char** arena; /* [nranks] */
+  size_t bytes;
 };
 
 struct papScratch {
@@ -139,6 +164,9 @@ struct papEngine {
   struct papScratch* scratch; /* reused between plans, grown on demand */
   int nscratch;
   int scratchUsed;
+  struct papDevView dev; /* dev.ops == NULL: no device steps on this comm */
+  int devPosted; /* DCOPY/DREDUCE steps posted and not yet seen done */
+  int32_t ipcEnd; /* during plan building: the last IPC round's end (ops of a group in order) */
 };
 
 papcclResult_t papEngineInit(struct papEngine* e, int rank, int nranks,
@@ -168,6 +196,14 @@ int papPlanPublish(struct papEngine* e, const void* src, size_t bytes, int slot,
                    int readers, int dep0);
 int papPlanFetch(struct papEngine* e, int owner, void* dst, size_t bytes, int slot, uint64_t tag,
                  int dep0, int dep1);
+/* Device steps (only when e->dev.ops is set): dst = src, dst = a OP b, run by the device. */
+int papPlanDevCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0,
+                   int dep1);
+int papPlanDevReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
+                     papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1);
+/* A step that is done once dep0 and dep1 are (either may be -1): joins dependencies. Returns
+ * the other one when one is -1, and -1 when both are. */
+int papPlanJoin(struct papEngine* e, int dep0, int dep1);
 /* Marks a RECV step whose destination the plan never reads again (see PAP_STEP_F_FINAL). */
 void papPlanMarkFinal(struct papEngine* e, int idx);
 /* Scan the whole plan each pass instead of a window (until papPlanReset). */

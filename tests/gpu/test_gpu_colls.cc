@@ -30,6 +30,7 @@
 #include "kernels/kernels.h"
 #include "papccl.h"
 #include "tests/gpu/gpu_common.h"
+#include "tests/shim/shim_ipc.h"
 
 extern char** environ;
 
@@ -471,54 +472,144 @@ TEST(GpuColls, AbortReleasesTheStream) {
   cudaStreamDestroy(st);
 }
 
-// Figures for the record (not assertions): allreduce of 64 MiB fp32 device buffers with 2
-// and 4 ranks sharing the GPU, balanced and with one stream 20 ms late; median of 7.
-TEST(GpuColls, ReportAllreduce) {
-  const size_t count = 16u << 20;
-  for (int n : {2, 4}) {
-    for (int lateUs : {0, 20000}) {
-      std::vector<double> ms;
+// Sets a PAPCCL_* variable for the comms made in this scope (the library reads parameters
+// once: they are forgotten on both ends).
+class ScopedParam {
+ public:
+  ScopedParam(const char* name, const char* value) : name_(name) {
+    const char* old = getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+    papTestIpcParamReset();
+  }
+  ~ScopedParam() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+    papTestIpcParamReset();
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_;
+};
+
+// CUDA IPC allreduce (ranks of one process read each other's arenas): exact results for
+// integer-valued floats and int32 max, in place and not, over several rounds (a 1 MiB
+// arena: 512 KiB rounds), with one stream late; the comm must have CUDA IPC on. With
+// PAPCCL_CUDA_IPC=0 the same calls take pinned staging and give the same answers.
+TEST(GpuColls, IpcAllreduceExact) {
+  const size_t count = 1000003;  // 4 MB of fp32: 8 rounds, not a multiple of any block
+  ScopedParam mb("PAPCCL_CUDA_IPC_MB", "1");
+  for (const char* ipc : {"1", "0"}) {
+    ScopedParam on("PAPCCL_CUDA_IPC", ipc);
+    for (int n = 2; n <= 4; n++) {
       onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
-        float* b;
-        CU(cudaMalloc(&b, count * 4));
+        EXPECT_EQ(ipc[0] == '1', papTestIpcOn(comm) == 1)
+            << "rank " << rank << ": CUDA IPC is not as PAPCCL_CUDA_IPC=" << ipc
+            << " asks (the INFO log says why)";
+        float *s, *r;
+        int32_t* iv;
+        CU(cudaMalloc(&s, count * 4));
+        CU(cudaMalloc(&r, count * 4));
+        CU(cudaMalloc(&iv, count * 4));
+        std::vector<int32_t> ih(count);
+        for (size_t i = 0; i < count; i++)
+          ih[i] = (int32_t)((i * 31 + (size_t)rank * 17) % 1000) - 500;
+        CU(cudaMemcpy(iv, ih.data(), count * 4, cudaMemcpyHostToDevice));
         rankSync();
-        PC(papKernFillF32(b, count, 1.0f, 0.0f, st));
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        std::vector<double> mine;
-        for (int it = 0; it < 9; it++) {
-          PC(papcclAllReduce(b, b, count, papcclFloat32, papcclAvg, comm, st));  // line up
-          CU(cudaStreamSynchronize(st));
-          if (lateUs && rank == n - 1) {
-            PC(papKernSpinNs(1000ull * lateUs, st));
+        for (int it = 0; it < 3; it++) {
+          // p[i] = rank + 1 + (i % 1024): sums of n are exact in fp32.
+          PC(papKernFillF32(s, count, (float)(rank + 1), 1.0f, st));
+          if (rank == n - 1) {
+            PC(papKernSpinNs(5000000ull, st));
           }
-          cudaEventRecord(e0, st);
-          PC(papcclAllReduce(b, b, count, papcclFloat32, papcclAvg, comm, st));
-          cudaEventRecord(e1, st);
-          CU(cudaStreamSynchronize(st));
-          float t = 0;
-          cudaEventElapsedTime(&t, e0, e1);
-          if (it >= 2) mine.push_back(t);
+          PC(papcclAllReduce(s, r, count, papcclFloat32, papcclSum, comm, st));
+          PC(papcclAllReduce(s, s, count, papcclFloat32, papcclSum, comm, st));  // in place
         }
-        if (rank == 0) ms = mine;
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
+        PC(papcclAllReduce(iv, iv, count, papcclInt32, papcclMax, comm, st));
+        CU(cudaStreamSynchronize(st));
+        std::vector<float> out(count), inplace(count);
+        std::vector<int32_t> imax(count);
+        CU(cudaMemcpy(out.data(), r, count * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(inplace.data(), s, count * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(imax.data(), iv, count * 4, cudaMemcpyDeviceToHost));
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; i++) {
+          float want = (float)(n * (n + 1) / 2) + (float)n * (float)(i % 1024);
+          wrong += out[i] != want;
+          wrong += inplace[i] != want;
+          int32_t m = INT32_MIN;
+          for (int q = 0; q < n; q++)
+            m = std::max(m, (int32_t)((i * 31 + (size_t)q * 17) % 1000) - 500);
+          wrong += imax[i] != m;
+        }
+        EXPECT_EQ(0u, wrong) << "rank " << rank << " of " << n << ", PAPCCL_CUDA_IPC=" << ipc;
         rankSync();
-        cudaFree(b);
+        cudaFree(s);
+        cudaFree(r);
+        cudaFree(iv);
       });
-      std::sort(ms.begin(), ms.end());
-      double med = ms.empty() ? 0 : ms[ms.size() / 2];
-      double busbw = med > 0 ? 2.0 * (n - 1) / n * count * 4 / (med * 1e-3) / 1e9 : 0;
-      printf(
-          "[ figure ] allreduce 64 MiB fp32 device, %d ranks on one GPU, %s: rank 0 time in "
-          "call %.2f ms (median of %zu), busbw %.1f GB/s\n",
-          n, lateUs ? "last stream 20 ms late" : "balanced", med, ms.size(), busbw);
     }
   }
 }
 
-// Ranks as processes sharing the GPU: this binary runs itself once per rank.
+// Figures for the record (not assertions): allreduce (sum) of 64 MiB fp32 device buffers with
+// 2 and 4 ranks sharing the GPU, balanced and with one stream 20 ms late, through CUDA IPC
+// and through pinned staging (PAPCCL_CUDA_IPC=0); median of 7.
+TEST(GpuColls, ReportAllreduce) {
+  const size_t count = 16u << 20;
+  for (const char* ipc : {"1", "0"}) {
+    ScopedParam on("PAPCCL_CUDA_IPC", ipc);
+    for (int n : {2, 4}) {
+      for (int lateUs : {0, 20000}) {
+        std::vector<double> ms;
+        onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+          float* b;
+          CU(cudaMalloc(&b, count * 4));
+          rankSync();
+          PC(papKernFillF32(b, count, 1.0f, 0.0f, st));
+          cudaEvent_t e0, e1;
+          cudaEventCreate(&e0);
+          cudaEventCreate(&e1);
+          std::vector<double> mine;
+          for (int it = 0; it < 9; it++) {
+            PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st));  // line up
+            CU(cudaStreamSynchronize(st));
+            if (lateUs && rank == n - 1) {
+              PC(papKernSpinNs(1000ull * lateUs, st));
+            }
+            cudaEventRecord(e0, st);
+            PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st));
+            cudaEventRecord(e1, st);
+            CU(cudaStreamSynchronize(st));
+            float t = 0;
+            cudaEventElapsedTime(&t, e0, e1);
+            if (it >= 2) mine.push_back(t);
+          }
+          if (rank == 0) ms = mine;
+          cudaEventDestroy(e0);
+          cudaEventDestroy(e1);
+          rankSync();
+          cudaFree(b);
+        });
+        std::sort(ms.begin(), ms.end());
+        double med = ms.empty() ? 0 : ms[ms.size() / 2];
+        double busbw = med > 0 ? 2.0 * (n - 1) / n * count * 4 / (med * 1e-3) / 1e9 : 0;
+        printf(
+            "[ figure ] allreduce 64 MiB fp32 device, %d ranks on one GPU, %s, %s: rank 0 time "
+            "in call %.2f ms (median of %zu), busbw %.1f GB/s\n",
+            n, ipc[0] == '1' ? "CUDA IPC" : "pinned staging",
+            lateUs ? "last stream 20 ms late" : "balanced", med, ms.size(), busbw);
+      }
+    }
+  }
+}
+
+// Ranks as processes sharing the GPU: this binary runs itself once per rank. Each maps the
+// others' arenas with cudaIpcOpenMemHandle (CUDA IPC must be on between them).
 TEST(GpuColls, ProcessesShareTheGpu) {
   for (int n : {2, 4}) {
     papcclUniqueId id;
@@ -575,6 +666,11 @@ static int childRank(const char* spec) {
   cudaMalloc(&r, count * 4 * n);
   papKernFillF32(s, count, (float)(rank + 1), 0.0f, st);
   int bad = 0;
+  const char* ipcEnv = getenv("PAPCCL_CUDA_IPC");
+  if ((ipcEnv == nullptr || ipcEnv[0] != '0') && !papTestIpcOn(comm)) {
+    fprintf(stderr, "child rank %d of %d: CUDA IPC is off between the processes\n", rank, n);
+    bad++;
+  }
   if (papcclAllReduce(s, r, count, papcclFloat32, papcclSum, comm, st) != papcclSuccess) bad++;
   if (papcclAllGather(s, r + count, 1000, papcclFloat32, comm, st) != papcclSuccess) bad++;
   cudaStreamSynchronize(st);

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+// The IPC allreduce plan (src/algo/ipc.c) on the CPU: ranks as threads of one process, whose
+// comms get host-memory arenas and a CPU executor for the plan's device steps (shim_ipc.h).
+// What runs is the library's plan, engine and shm messages; on a GPU the same plan runs with
+// CUDA copies and kernels over CUDA IPC mappings (tests/gpu covers that). Checked: results
+// for every owner layout (classic, AC2S and small commits, deterministic order), rounds
+// (ops larger than half an arena), in place, groups of two ops, and late ranks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "mp/harness.h"
+#include "perf/arrival.h"
+#include "shim/shim_ipc.h"
+
+namespace papt {
+namespace {
+
+class IpcHost : public Test {};
+
+// n ranks of one comm, made in this process, with host arenas attached.
+struct HostComms {
+  std::vector<papcclComm_t> comms;
+  int n;
+  explicit HostComms(int nranks, size_t arenaBytes) : comms(nranks, nullptr), n(nranks) {
+    EXPECT_EQ(papcclSuccess, papcclCommInitAll(comms.data(), n, nullptr));
+    std::vector<void*> v(comms.begin(), comms.end());
+    EXPECT_EQ(0, papTestIpcAttachHost(v.data(), n, arenaBytes));
+  }
+  ~HostComms() {
+    std::vector<void*> v(comms.begin(), comms.end());
+    papTestIpcDetachHost(v.data(), n);
+    for (auto c : comms)
+      EXPECT_EQ(papcclSuccess, papcclCommDestroy(c));
+  }
+};
+
+// Input of rank r, element i: small non-negative integers, exact in every type used here
+// (products of four stay below 2^16).
+double In(int r, size_t i) {
+  return (double)((i * 7 + (size_t)r * 13) % 11 + (size_t)r);
+}
+
+double Expect(int n, size_t i, papcclRedOp_t op) {
+  double acc = In(0, i);
+  for (int r = 1; r < n; r++) {
+    double v = In(r, i);
+    if (op == papcclSum) acc += v;
+    if (op == papcclProd) acc *= v;
+    if (op == papcclMax) acc = v > acc ? v : acc;
+    if (op == papcclMin) acc = v < acc ? v : acc;
+  }
+  return acc;
+}
+
+// Runs `iters` allreduces of count elements on every rank (rank `late` delayed by lateUs
+// before each) and checks every result. Returns the device steps the executors ran.
+template <typename T>
+uint64_t RunAllReduce(HostComms& hc, size_t count, papcclDataType_t dt, papcclRedOp_t op,
+                      bool inPlace, int iters, int late, double lateUs, bool group = false) {
+  const int n = hc.n;
+  std::vector<std::thread> th;
+  std::vector<int> bad(n, 0);
+  for (int r = 0; r < n; r++) {
+    th.emplace_back([&, r]() {
+      std::vector<T> in(count), out(count), in2(count), out2(count);
+      for (int it = 0; it < iters; it++) {
+        for (size_t i = 0; i < count; i++) {
+          in[i] = (T)In(r, i);
+          in2[i] = (T)In(r, i + 1);
+          out[i] = out2[i] = (T)-99;
+        }
+        if (r == late) papPerfDelayUs(lateUs);
+        T* s = in.data();
+        T* d = inPlace ? in.data() : out.data();
+        papcclResult_t res;
+        if (group) {
+          papcclGroupStart();
+          papcclAllReduce(s, d, count, dt, op, hc.comms[r], nullptr);
+          papcclAllReduce(in2.data(), out2.data(), count, dt, op, hc.comms[r], nullptr);
+          res = papcclGroupEnd();
+        } else {
+          res = papcclAllReduce(s, d, count, dt, op, hc.comms[r], nullptr);
+        }
+        if (res != papcclSuccess) {
+          bad[r]++;
+          return;
+        }
+        for (size_t i = 0; i < count; i++) {
+          if ((double)d[i] != Expect(n, i, op)) {
+            if (bad[r]++ < 3)
+              ADD_FAILURE() << "rank " << r << " iter " << it << " element " << i << ": "
+                            << (double)d[i] << " != " << Expect(n, i, op);
+          }
+          if (group && (double)out2[i] != Expect(n, i + 1, op)) {
+            if (bad[r]++ < 3)
+              ADD_FAILURE() << "rank " << r << " second op, element " << i << ": "
+                            << (double)out2[i] << " != " << Expect(n, i + 1, op);
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : th)
+    t.join();
+  for (int r = 0; r < n; r++)
+    EXPECT_EQ(0, bad[r]) << "rank " << r;
+  uint64_t steps = 0;
+  for (auto c : hc.comms)
+    steps += papTestIpcSteps(c);
+  return steps;
+}
+
+// ranks x algorithm (PAPCCL_ALGO, or "det" for PAPCCL_DETERMINISTIC=1).
+using IpcParam = std::tuple<int, std::string>;
+class IpcHostAlgos : public IpcHost, public ::testing::WithParamInterface<IpcParam> {};
+
+TEST_P(IpcHostAlgos, ResultsUnderLateRank) {
+  const int n = std::get<0>(GetParam());
+  const std::string algo = std::get<1>(GetParam());
+  ScopedEnv det("PAPCCL_DETERMINISTIC", algo == "det" ? "1" : nullptr);
+  ScopedEnv forced("PAPCCL_ALGO", algo == "det" || algo == "auto" ? nullptr : algo.c_str());
+  // 64 KiB arenas: 32 KiB rounds, so the larger counts take several rounds.
+  HostComms hc(n, 64 << 10);
+  ASSERT_EQ(1, papTestIpcEligible(hc.comms[0], 1000, papcclFloat32, papcclSum));
+  uint64_t steps = 0;
+  for (size_t count : {(size_t)1, (size_t)77, (size_t)1000, (size_t)20000}) {
+    steps += RunAllReduce<float>(hc, count, papcclFloat32, papcclSum, false, 3, n - 1, 3000);
+    steps += RunAllReduce<int32_t>(hc, count, papcclInt32, papcclMax, true, 2, 0, 2000);
+  }
+  EXPECT_GT(steps, 0u) << "the allreduces did not take the IPC plan";
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, IpcHostAlgos,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 8),
+                                            ::testing::Values("auto", "ring", "ac2s", "small",
+                                                              "det")),
+                         [](const ::testing::TestParamInfo<IpcParam>& i) {
+                           return std::to_string(std::get<0>(i.param)) + "ranks_" +
+                                  std::get<1>(i.param);
+                         });
+
+TEST_F(IpcHost, OpsAndTypes) {
+  HostComms hc(3, 64 << 10);
+  RunAllReduce<double>(hc, 5003, papcclFloat64, papcclProd, false, 1, 2, 1000);
+  RunAllReduce<int64_t>(hc, 5003, papcclInt64, papcclMin, true, 1, 1, 1000);
+  RunAllReduce<uint8_t>(hc, 40000, papcclUint8, papcclMax, false, 1, -1, 0);
+  RunAllReduce<float>(hc, 12345, papcclFloat32, papcclSum, true, 1, -1, 0);
+}
+
+// Two allreduces in one group share the arenas: the second waits for the first.
+TEST_F(IpcHost, GroupOfTwo) {
+  HostComms hc(4, 64 << 10);
+  uint64_t steps = RunAllReduce<float>(hc, 30000, papcclFloat32, papcclSum, false, 3, 3, 2000,
+                                       /*group=*/true);
+  EXPECT_GT(steps, 0u);
+}
+
+// Avg and pre-multiplied sums are not taken by the IPC plan (they need a scaling step); they
+// still give the right answer through the ordinary plans on the same comm.
+TEST_F(IpcHost, AvgTakesTheOrdinaryPlan) {
+  HostComms hc(2, 64 << 10);
+  EXPECT_EQ(0, papTestIpcEligible(hc.comms[0], 1000, papcclFloat32, papcclAvg));
+  EXPECT_EQ(1, papTestIpcEligible(hc.comms[0], 1000, papcclFloat32, papcclSum));
+  std::vector<std::thread> th;
+  std::vector<int> bad(2, 0);
+  for (int r = 0; r < 2; r++) {
+    th.emplace_back([&, r]() {
+      std::vector<float> in(1000, (float)(r + 1) * 2), out(1000, 0);
+      if (papcclAllReduce(in.data(), out.data(), 1000, papcclFloat32, papcclAvg, hc.comms[r],
+                          nullptr) != papcclSuccess)
+        bad[r]++;
+      for (float v : out)
+        bad[r] += v != 3.0f;
+    });
+  }
+  for (auto& t : th)
+    t.join();
+  EXPECT_EQ(0, bad[0]);
+  EXPECT_EQ(0, bad[1]);
+  EXPECT_EQ(0u, papTestIpcSteps(hc.comms[0]) + papTestIpcSteps(hc.comms[1]));
+}
+
+}  // namespace
+}  // namespace papt
