@@ -50,6 +50,9 @@ uint8_t papKernFloatToE5m2(float f);
 papcclResult_t papKernReduceLaunch(void* dst, const void* a, const void* b, size_t count,
                                    papcclDataType_t datatype, enum papRedKind op,
                                    struct CUstream_st* stream);
+/* Loads every kernel of the library into the current device's context (once per device), so
+ * that no later launch has to load one while a stream is held on a collective. */
+papcclResult_t papKernPreload(void);
 /* One-thread kernels standing in for cuStreamWriteValue64 / cuStreamWaitValue64 on a
  * host-mapped word (device address): write value; hold the stream until *word >= value. */
 papcclResult_t papKernStreamWrite64(uint64_t* word, uint64_t value, struct CUstream_st* stream);

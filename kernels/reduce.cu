@@ -15,6 +15,8 @@ extern "C" {
 }
 
 #include <cuda_runtime.h>
+
+#include <atomic>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -255,4 +257,43 @@ extern "C" papcclResult_t papKernFillF32(float* p, size_t n, float value, float 
   fillF32Kernel<<<(unsigned)(blocks < maxBlocks ? blocks : maxBlocks), kThreads, 0,
                   (cudaStream_t)stream>>>(p, n, value, step);
   return launched("fill kernel");
+}
+
+/* Lazy loading (the default since CUDA 12.2) loads a kernel at its first launch, and loading
+ * may synchronize the context: if a stream is held then (on a collective's done word), the
+ * launch waits for it and it for the launch. Loading every kernel of this file while nothing
+ * is held avoids that. Once per device. */
+extern "C" papcclResult_t papKernPreload(void) {
+  static std::atomic<unsigned long long> loaded{0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return papcclUnhandledCudaError;
+  }
+  unsigned long long bit = dev >= 0 && dev < kMaxDevices ? 1ull << dev : 0;
+  if (bit && (loaded.load(std::memory_order_acquire) & bit)) return papcclSuccess;
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaSuccess;
+  for (int t = 0; t < (int)papcclNumTypes && err == cudaSuccess; t++) {
+    for (int op = PAP_RED_SUM; op <= PAP_RED_MIN && err == cudaSuccess; op++) {
+      size_t esz = 0;
+      const void* k = pickKernel((papcclDataType_t)t, (enum papRedKind)op, &esz);
+      if (k) err = cudaFuncGetAttributes(&attr, k);
+    }
+  }
+  const void* others[] = {reinterpret_cast<const void*>(&writeWordKernel),
+                          reinterpret_cast<const void*>(&waitWordKernel),
+                          reinterpret_cast<const void*>(&spinKernel),
+                          reinterpret_cast<const void*>(&fillF32Kernel)};
+  for (const void* k : others)
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, k);
+  if (err != cudaSuccess) {
+    PAP_WARN("loading the reduction kernels failed: %s (%s)", cudaGetErrorName(err),
+             cudaGetErrorString(err));
+    (void)cudaGetLastError();
+    return papcclUnhandledCudaError;
+  }
+  (void)gridCap(); /* the SM count, asked now too */
+  if (bit) loaded.fetch_or(bit, std::memory_order_acq_rel);
+  return papcclSuccess;
 }

@@ -258,6 +258,9 @@ struct papDevSaved papDeviceEnter(const struct papComm* comm) {
     (void)cudaGetLastError();
     return sv;
   }
+  /* No context on this thread: cudaGetDevice says 0 all the same, and setting device 0 back
+   * on leaving would create its primary context. Leaving puts back "no context" instead. */
+  if (sv.ctx == NULL) sv.dev = -1;
   if (sv.ctx != NULL && sv.dev == comm->cudaDev) return sv;
   if (cudaSetDevice(comm->cudaDev) == cudaSuccess) sv.switched = 1;
   (void)cudaGetLastError();
@@ -280,6 +283,10 @@ static void* currentCtx(void) {
 
 int papDeviceContextExists(void) {
   return papDeviceAvailable() && devContextExists();
+}
+
+void* papDeviceCurrentCtx(void) {
+  return currentCtx();
 }
 
 void papDeviceUse(int dev) {
@@ -308,6 +315,8 @@ static papcclResult_t cudaFail(const char* what, cudaError_t err) {
 
 static papcclResult_t devStateGet(struct papComm* comm, struct papDevState** out) {
   if (comm->dev == NULL) {
+    /* Before this comm's first op holds a stream (loading a kernel later could wait on it). */
+    PAP_CHECK(papKernPreload());
     struct papDevState* st = NULL;
     PAP_CHECK(papCalloc(&st, 1));
     void* ctx = currentCtx();

@@ -53,6 +53,8 @@ struct papDevSaved {
   void* ctx;
 };
 struct papDevSaved papDeviceEnter(const struct papComm* comm);
+/* The CUDA context current on this thread (NULL: none, or no GPU support). */
+void* papDeviceCurrentCtx(void);
 void papDeviceLeave(struct papDevSaved sv);
 
 /* CUDA IPC among the ranks of one host (ipc.c). Collective over comm, after its transport and

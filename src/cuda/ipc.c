@@ -5,12 +5,14 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "alloc.h"
 #include "bootstrap/bootstrap.h"
 #include "check.h"
 #include "cuda/device.h"
+#include "futex.h"
 #include "log.h"
 #include "param.h"
 
@@ -33,9 +35,9 @@ void papIpcCommFree(struct papComm* comm) {
 /* What each rank tells the others at init. */
 struct ipcInfo {
   int32_t ok; /* this rank has an arena to share */
-  int32_t pid;
   int32_t dev;
-  int32_t pad;
+  uint64_t proc; /* random per process: equal means the same process (pids may repeat in
+                    * other PID namespaces sharing this host's shared memory) */
   uint64_t bytes;
   uint64_t ptr; /* the arena in its own process */
   cudaIpcMemHandle_t handle;
@@ -47,7 +49,7 @@ struct papIpcState {
   uint8_t* opened; /* [nranks]: arena[p] was opened with cudaIpcOpenMemHandle */
   void* mine;
   size_t mineBytes;
-  int mineDev;
+  void* mineCtx; /* the context it belongs to */
   cudaStream_t stream;
   cudaEvent_t* events; /* free events */
   int nevents, capEvents;
@@ -60,16 +62,17 @@ struct spareArena {
   struct spareArena* next;
   void* ptr;
   size_t bytes;
-  int dev;
+  void* ctx;
 };
 static pthread_mutex_t spareLock = PTHREAD_MUTEX_INITIALIZER;
 static struct spareArena* spares;
 
-static void* arenaTake(size_t bytes, int dev) {
+static void* arenaTake(size_t bytes, void* ctx) {
+  if (ctx == NULL) return NULL;
   pthread_mutex_lock(&spareLock);
   void* p = NULL;
   for (struct spareArena** a = &spares; *a; a = &(*a)->next) {
-    if ((*a)->dev == dev && (*a)->bytes == bytes) {
+    if ((*a)->ctx == ctx && (*a)->bytes == bytes) {
       struct spareArena* s = *a;
       *a = s->next;
       p = s->ptr;
@@ -81,12 +84,15 @@ static void* arenaTake(size_t bytes, int dev) {
   return p;
 }
 
-static void arenaGive(void* ptr, size_t bytes, int dev) {
+static void arenaGive(void* ptr, size_t bytes, void* ctx) {
   struct spareArena* s = (struct spareArena*)calloc(1, sizeof(*s));
-  if (s == NULL) return; /* stays allocated, unreachable: at worst a leak of one arena */
+  if (s == NULL || ctx == NULL) { /* stays allocated, unreachable: a leak of one arena */
+    free(s);
+    return;
+  }
   s->ptr = ptr;
   s->bytes = bytes;
-  s->dev = dev;
+  s->ctx = ctx;
   pthread_mutex_lock(&spareLock);
   s->next = spares;
   spares = s;
@@ -131,6 +137,10 @@ static papcclResult_t ipcPost(void* ctx, struct papStep* s) {
       ev = NULL;
     }
   }
+  /* Work of this step may be queued that no event tracks: it must finish before the op's
+   * buffers go back to the caller. */
+  if (res != papcclSuccess) (void)cudaStreamSynchronize(st->stream);
+  (void)cudaGetLastError();
   papDeviceLeave(sv);
   s->devReq = ev;
   return res;
@@ -172,9 +182,32 @@ static void ipcDrop(void* ctx, struct papStep* s) {
   if (s->devReq) eventPut(st, (cudaEvent_t)s->devReq); /* re-recorded before any reuse */
 }
 
-static const struct papDevStepOps ipcOps = {ipcPost, ipcTest, ipcDrop};
+/* Waits for everything posted on the internal stream: it waits on nothing outside itself. */
+static void ipcQuiesce(void* ctx) {
+  struct papIpcState* st = (struct papIpcState*)ctx;
+  struct papDevSaved sv = papDeviceEnter(st->comm);
+  (void)cudaStreamSynchronize(st->stream);
+  (void)cudaGetLastError();
+  papDeviceLeave(sv);
+}
+
+static const struct papDevStepOps ipcOps = {ipcPost, ipcTest, ipcDrop, ipcQuiesce};
 
 /* ---- Setup ------------------------------------------------------------------------------- */
+
+static pthread_once_t tokenOnce = PTHREAD_ONCE_INIT;
+static uint64_t token;
+static void tokenInit(void) {
+  if (getrandom(&token, sizeof(token), 0) != (ssize_t)sizeof(token))
+    token = ((uint64_t)getpid() << 32) ^ (uint64_t)papNowNs();
+  token ^= (uint64_t)(uintptr_t)&token; /* differs between processes with ASLR */
+}
+/* Random per process. (A child forked from a process that used CUDA has GPU support off, so it
+ * never needs one of its own.) */
+static uint64_t processToken(void) {
+  pthread_once(&tokenOnce, tokenInit);
+  return token;
+}
 
 static void stateFree(struct papIpcState* st) {
   if (st == NULL) return;
@@ -188,6 +221,8 @@ static void stateFree(struct papIpcState* st) {
     return;
   }
   struct papDevSaved sv = papDeviceEnter(st->comm);
+  /* Nothing may still read a peer's arena when it is unmapped. */
+  if (st->stream) (void)cudaStreamSynchronize(st->stream);
   for (int p = 0; st->arena && p < st->comm->nranks; p++)
     if (st->opened[p]) cudaIpcCloseMemHandle(st->arena[p]);
   for (int i = 0; i < st->nevents; i++)
@@ -195,7 +230,7 @@ static void stateFree(struct papIpcState* st) {
   if (st->stream) cudaStreamDestroy(st->stream);
   (void)cudaGetLastError();
   papDeviceLeave(sv);
-  if (st->mine) arenaGive(st->mine, st->mineBytes, st->mineDev);
+  if (st->mine) arenaGive(st->mine, st->mineBytes, st->mineCtx);
   free(st->events);
   free(st->arena);
   free(st->opened);
@@ -212,9 +247,11 @@ static const char* localSetup(struct papComm* comm, struct papIpcState* st, stru
   size_t bytes = (size_t)papParamCudaIpcMb() << 20;
   struct papDevSaved sv = papDeviceEnter(comm);
   const char* why = NULL;
-  st->mineDev = comm->cudaDev;
-  st->mine = arenaTake(bytes, st->mineDev);
-  if (st->mine == NULL && cudaMalloc(&st->mine, bytes) != cudaSuccess) {
+  /* Before any collective of this comm can hold a stream (see papKernPreload). */
+  if (papKernPreload() != papcclSuccess) why = "the reduction kernels could not be loaded";
+  st->mineCtx = papDeviceCurrentCtx();
+  if (why == NULL) st->mine = arenaTake(bytes, st->mineCtx);
+  if (why == NULL && st->mine == NULL && cudaMalloc(&st->mine, bytes) != cudaSuccess) {
     st->mine = NULL;
     why = "cudaMalloc of the arena failed";
   }
@@ -238,7 +275,7 @@ static const char* localSetup(struct papComm* comm, struct papIpcState* st, stru
 /* Maps peer p's arena (or takes its address: the same process). */
 static const char* mapPeer(struct papComm* comm, struct papIpcState* st, const struct ipcInfo* in,
                            int p) {
-  if (in[p].pid == in[comm->rank].pid) {
+  if (in[p].proc == in[comm->rank].proc) {
     if (in[p].dev != comm->cudaDev) {
       int can = 0;
       if (cudaDeviceCanAccessPeer(&can, comm->cudaDev, in[p].dev) != cudaSuccess || !can)
@@ -272,7 +309,7 @@ papcclResult_t papIpcCommInit(struct papComm* comm) {
   st->comm = comm;
   PAP_CHECK_GOTO(papCalloc(&st->arena, (size_t)n), res, out);
   PAP_CHECK_GOTO(papCalloc(&st->opened, (size_t)n), res, out);
-  info[r].pid = (int32_t)getpid();
+  info[r].proc = processToken();
   /* Every rank takes part in both exchanges, whatever its own answer. */
   if (papDeviceAvailable())
     why = localSetup(comm, st, &info[r]);

@@ -65,7 +65,9 @@ void papEngineFree(struct papEngine* e) {
 }
 
 void papPlanReset(struct papEngine* e) {
-  /* A failed plan may leave device work posted: its handles go back to the device. */
+  /* A failed plan may leave device work posted: it must be finished before the op's buffers
+   * go back to the caller (or its stream); then its handles go back to the device. */
+  if (e->devPosted > 0 && e->dev.ops->quiesce) e->dev.ops->quiesce(e->dev.ctx);
   for (int i = e->first; e->devPosted > 0 && i < e->nsteps; i++) {
     struct papStep* s = &e->steps[i];
     if ((s->kind == PAP_STEP_DCOPY || s->kind == PAP_STEP_DREDUCE) && s->devReq) {

@@ -108,12 +108,14 @@ struct papStep {
 
 /* Executes DCOPY/DREDUCE steps (src/cuda/ipc.c: CUDA copies and kernels on an internal
  * stream). post enqueues the work and sets s->devReq; test sets *doneOut once it is finished
- * (and releases devReq); drop releases devReq of a step abandoned by a failed plan. Steps of
+ * (and releases devReq); drop releases devReq of a step abandoned by a failed plan, after
+ * quiesce (optional) has waited until no posted work touches any buffer any more. Steps of
  * 0 bytes never reach them. */
 struct papDevStepOps {
   papcclResult_t (*post)(void* ctx, struct papStep* s);
   papcclResult_t (*test)(void* ctx, struct papStep* s, int* doneOut);
   void (*drop)(void* ctx, struct papStep* s);
+  void (*quiesce)(void* ctx);
 };
 
 /* Direct device memory among the ranks (all on one host), for the IPC allreduce
