@@ -67,10 +67,10 @@ papcclResult_t papPlanCopyIfNeeded(struct papEngine* e, void* dst, const void* s
 
 papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op) {
   papPlanBeginOp(e, op->seq);
+  /* Through the ranks' device memory when the comm has it (the same on every rank). */
+  if (papAlgoIpcEligible(op, e)) return papPlanIpc(e, op);
   switch (op->coll) {
   case PAP_COLL_ALLREDUCE:
-    /* Through the ranks' device memory when the comm has it (the same on every rank). */
-    if (papAlgoIpcEligible(op, e)) return papAllReduceIpc(e, op);
     /* op->algo was fixed at arrival: the same on every rank (src/pap/arrival.c). */
     switch (op->algo) {
     case PAP_ALGO_RHD:

@@ -78,11 +78,11 @@ papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op);
 papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op);
 /* AC2S over op->owners[0..op->nE-1] (PAP_ALGO_AC2S or _DET in op->algo). */
 papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papOpDesc* op);
-/* Allreduce through the ranks' device arenas (src/algo/ipc.c), when e->dev has them and the
- * op qualifies (papAlgoIpcEligible: the same answer on every rank). Owners: the commit's early
- * ranks for AC2S/small, else every rank. */
+/* AllReduce, AllGather, Broadcast, ReduceScatter and Reduce through the ranks' device arenas
+ * (src/algo/ipc.c), when e->dev has them and the op qualifies (papAlgoIpcEligible: the same
+ * answer on every rank). Contributions are taken early ranks first (the PAP commit). */
 int papAlgoIpcEligible(const struct papOpDesc* op, const struct papEngine* e);
-papcclResult_t papAllReduceIpc(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanIpc(struct papEngine* e, struct papOpDesc* op);
 /* Small-message variant over the same commit (early set op->owners[0..nE-1]). */
 papcclResult_t papAllReduceSmall(struct papEngine* e, struct papOpDesc* op);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Allreduce through device memory shared among the ranks of one host (docs/GPU-IPC.md).
+/* Collectives through device memory shared among the ranks of one host (docs/GPU-IPC.md).
  *
- * Every rank copies its input into its arena; each block of the result is reduced by one
+ * AllReduce: every rank copies its input into its arena; each block of the result is reduced by one
  * owner straight out of the other ranks' arenas (peer memory mapped through CUDA IPC) into
  * the owner's arena, and every rank copies the blocks out of the owners' arenas into its
  * output. The owners are the early ranks of the PAP commit (AC2S, small) or every rank
@@ -13,7 +13,8 @@
  * Ranks tell each other through 8-byte messages on the ordinary transport (shm): "my input
  * is in" (to each owner), "block ready" (from each owner), "I have copied your block"
  * (to each owner), so every wait has the engine's timeout, abort and dead-peer handling.
- * An op larger than half an arena runs in rounds of that size. */
+ * An op larger than half an arena runs in rounds of that size. AllGather, Broadcast,
+ * ReduceScatter and Reduce take one stage of the same pattern (ipcOneStage). */
 #include <string.h>
 
 #include "algo/algo.h"
@@ -33,13 +34,171 @@ static void ipcBlock(size_t cnt, size_t esz, int nE, int j, size_t* lo, size_t* 
   *hi = h < cnt ? h : cnt;
 }
 
-int papAlgoIpcEligible(const struct papOpDesc* op, const struct papEngine* e) {
-  return e->dev.ops != NULL && e->dev.arena != NULL && op->coll == PAP_COLL_ALLREDUCE && !op->avg &&
-         !op->preMul && op->count > 0 &&
-         e->dev.bytes / 2 >= papKernTypeSize(op->dtype) * (IPC_ALIGN / 4);
+/* Elements of one round: half an arena, shared by the n blocks of a ReduceScatter input. */
+static size_t roundElems(const struct papEngine* e, const struct papOpDesc* op) {
+  size_t esz = papKernTypeSize(op->dtype);
+  size_t per = op->coll == PAP_COLL_REDUCESCATTER ? (size_t)e->nranks : 1;
+  return esz ? e->dev.bytes / 2 / esz / per : 0;
 }
 
-papcclResult_t papAllReduceIpc(struct papEngine* e, struct papOpDesc* op) {
+int papAlgoIpcEligible(const struct papOpDesc* op, const struct papEngine* e) {
+  if (e->dev.ops == NULL || e->dev.arena == NULL || op->count == 0 || op->avg || op->preMul)
+    return 0;
+  switch (op->coll) {
+  case PAP_COLL_ALLREDUCE:
+  case PAP_COLL_ALLGATHER:
+  case PAP_COLL_BROADCAST:
+  case PAP_COLL_REDUCESCATTER:
+  case PAP_COLL_REDUCE:
+    return roundElems(e, op) >= IPC_ALIGN / 4;
+  default:
+    return 0;
+  }
+}
+
+/* The order in which contributions are taken: the commit's early ranks in arrival order,
+ * then the others, or rank order (classic plans, deterministic mode). */
+static papcclResult_t contribOrder(struct papEngine* e, const struct papOpDesc* op, int** out) {
+  int n = e->nranks;
+  int* order = NULL;
+  PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n * 2, (void**)&order));
+  int* seen = order + n;
+  memset(seen, 0, sizeof(int) * (size_t)n);
+  int k = 0;
+  int pap = op->algo == PAP_ALGO_AC2S || op->algo == PAP_ALGO_SMALL || op->algo == PAP_ALGO_PAP;
+  if (pap) {
+    for (int j = 0; j < op->nE; j++) {
+      order[k++] = op->owners[j];
+      seen[op->owners[j]] = 1;
+    }
+  }
+  for (int p = 0; p < n; p++)
+    if (!seen[p]) order[k++] = p;
+  *out = order;
+  return papcclSuccess;
+}
+
+/* Whether rank c reads rank p's arena in a one-stage collective. */
+static int consumes(const struct papOpDesc* op, int c, int p) {
+  if (c == p) return 0;
+  switch (op->coll) {
+  case PAP_COLL_ALLGATHER:
+  case PAP_COLL_REDUCESCATTER:
+    return 1;
+  case PAP_COLL_BROADCAST:
+    return p == op->root;
+  case PAP_COLL_REDUCE:
+    return c == op->root;
+  default:
+    return 0;
+  }
+}
+
+/* AllGather, Broadcast, ReduceScatter and Reduce: one stage per round. Each producer copies
+ * its part of the send buffer into its arena and tells its consumers ("in"); each consumer
+ * copies (or reduces, in contribution order) straight out of the producers' arenas into its
+ * receive buffer and tells each producer it has read ("read"); a producer's arena is free for
+ * the next round once all its consumers have read it. */
+static papcclResult_t ipcOneStage(struct papEngine* e, struct papOpDesc* op) {
+  const int n = e->nranks, r = e->rank, coll = op->coll, root = op->root;
+  const size_t esz = papKernTypeSize(op->dtype);
+  const char* send = (const char*)op->sendbuff;
+  char* recv = (char*)op->recvbuff;
+  const int rs = coll == PAP_COLL_REDUCESCATTER;
+  const int produces = coll != PAP_COLL_BROADCAST || r == root;
+  if (n == 1)
+    return papPlanDevCopy(e, recv, send, op->count * esz, -1, -1) < 0 ? papcclSystemError
+                                                                      : papcclSuccess;
+  int* order = NULL;
+  PAP_CHECK(contribOrder(e, op, &order));
+  int* ready = NULL;
+  PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n, (void**)&ready));
+  uint64_t* token = NULL;
+  PAP_CHECK(papPlanScratch(e, sizeof(uint64_t) * 2, (void**)&token));
+  token[0] = op->seq;
+  papPlanScanAll(e);
+  char* const* arena = e->dev.arena;
+  const size_t re = roundElems(e, op);
+  int prevEnd = e->ipcEnd;
+  for (size_t b0 = 0; b0 < op->count; b0 += re) {
+    const size_t ck = op->count - b0 < re ? op->count - b0 : re;
+    const size_t cb = ck * esz;
+    /* 1. My data into my arena (ReduceScatter: slice b0 of each of the n blocks). */
+    int gin = -1;
+    if (produces) {
+      for (int j = 0; j < (rs ? n : 1); j++) {
+        const char* src = send + ((size_t)j * op->count + b0) * esz;
+        gin = papPlanDevCopy(e, arena[r] + (size_t)j * cb, src, cb, prevEnd, gin);
+        PLAN_OK(gin);
+      }
+      for (int c = 0; c < n; c++)
+        if (consumes(op, c, r)) PLAN_OK(papPlanSend(e, c, token, sizeof(*token), gin, -1));
+    }
+    /* 2. What I read, and a "read" back to each producer once its data is used. */
+    for (int p = 0; p < n; p++) {
+      ready[p] = p == r ? gin : -1;
+      if (consumes(op, r, p)) {
+        ready[p] = papPlanRecv(e, p, token + 1, sizeof(*token), -1, -1);
+        PLAN_OK(ready[p]);
+      }
+    }
+    int end = papPlanJoin(e, prevEnd, gin);
+    if (rs || (coll == PAP_COLL_REDUCE && r == root)) {
+      const size_t off = rs ? (size_t)r * cb : 0; /* my block within each producer's slice */
+      char* dst = recv + b0 * esz;
+      /* In place the result overwrites my own input: only after my copy of it. */
+      int s = papPlanDevReduce(e, dst, arena[order[0]] + off, arena[order[1]] + off, cb, op->dtype,
+                               op->red, papPlanJoin(e, ready[order[0]], gin), ready[order[1]]);
+      PLAN_OK(s);
+      for (int i = 2; i < n; i++) {
+        s = papPlanDevReduce(e, dst, dst, arena[order[i]] + off, cb, op->dtype, op->red, s,
+                             ready[order[i]]);
+        PLAN_OK(s);
+      }
+      end = papPlanJoin(e, end, s);
+      for (int p = 0; p < n; p++)
+        if (consumes(op, r, p)) PLAN_OK(papPlanSend(e, p, token, sizeof(*token), s, -1));
+    } else if (coll == PAP_COLL_ALLGATHER || coll == PAP_COLL_BROADCAST) {
+      const int ag = coll == PAP_COLL_ALLGATHER;
+      for (int i = 0; i < n; i++) {
+        int p = order[i];
+        if (!consumes(op, r, p)) continue;
+        char* dst = recv + ((ag ? (size_t)p * op->count : 0) + b0) * esz;
+        int c = papPlanDevCopy(e, dst, arena[p], cb, ready[p], -1);
+        PLAN_OK(c);
+        PLAN_OK(papPlanSend(e, p, token, sizeof(*token), c, -1));
+        end = papPlanJoin(e, end, c);
+      }
+      if (ag || r == root) { /* my own data: straight to its place (nothing in place) */
+        char* dst = recv + ((ag ? (size_t)r * op->count : 0) + b0) * esz;
+        int c = papPlanDevCopy(e, dst, send + b0 * esz, cb, prevEnd, -1);
+        PLAN_OK(c);
+        end = papPlanJoin(e, end, c);
+      }
+    }
+    PLAN_OK(end);
+    /* 3. My arena is free again once every consumer of my data has read it. */
+    for (int c = 0; produces && c < n; c++) {
+      if (!consumes(op, c, r)) continue;
+      int t = papPlanRecv(e, c, token + 1, sizeof(*token), -1, -1);
+      PLAN_OK(t);
+      end = papPlanJoin(e, end, t);
+    }
+    prevEnd = end;
+  }
+  e->ipcEnd = prevEnd;
+  return papcclSuccess;
+}
+
+papcclResult_t papPlanIpc(struct papEngine* e, struct papOpDesc* op) {
+  if (op->coll != PAP_COLL_ALLREDUCE) {
+    PAP_CHECK(ipcOneStage(e, op));
+    if (papPlanFailed(e)) {
+      PAP_WARN("out of memory while building a plan");
+      return papcclSystemError;
+    }
+    return papcclSuccess;
+  }
   const int n = e->nranks, r = e->rank;
   const size_t esz = papKernTypeSize(op->dtype);
   const char* send = (const char*)op->sendbuff;
@@ -92,10 +251,10 @@ papcclResult_t papAllReduceIpc(struct papEngine* e, struct papOpDesc* op) {
   papPlanScanAll(e);
   char* const* arena = e->dev.arena;
   const size_t half = e->dev.bytes / 2;
-  const size_t roundElems = half / esz;
+  const size_t roundEl = roundElems(e, op);
   int prevEnd = e->ipcEnd; /* the arenas are free once this step is done */
-  for (size_t b0 = 0; b0 < op->count; b0 += roundElems) {
-    size_t ck = op->count - b0 < roundElems ? op->count - b0 : roundElems;
+  for (size_t b0 = 0; b0 < op->count; b0 += roundEl) {
+    size_t ck = op->count - b0 < roundEl ? op->count - b0 : roundEl;
     /* 1. My input into my arena, once the previous round (or op) is done with it. */
     int gin = papPlanDevCopy(e, arena[r], send + b0 * esz, ck * esz, prevEnd, -1);
     PLAN_OK(gin);

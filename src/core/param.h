@@ -46,9 +46,9 @@
   X(CudaStagingMb, "PAPCCL_CUDA_STAGING_MB", 1024, 1, 1048576, \
     "device ops: pinned staging per comm (MiB) past which callers wait for a free block") \
   X(CudaIpc, "PAPCCL_CUDA_IPC", 1, 0, 1, \
-    "1: ranks of one host with GPUs allreduce through each other's device memory (CUDA IPC)") \
+    "1: ranks of one host with GPUs run collectives through each other's memory (CUDA IPC)") \
   X(CudaIpcMb, "PAPCCL_CUDA_IPC_MB", 64, 1, 65536, \
-    "CUDA IPC: device arena per rank (MiB); larger allreduces run in rounds of half of it") \
+    "CUDA IPC: device arena per rank (MiB); larger collectives run in rounds of half of it") \
   X(CudaMemops, "PAPCCL_CUDA_MEMOPS", 1, 0, 1, \
     "device ops: 1 stream memory operations for arrival/wait, 0 one-thread kernels") \
   X(IbGidIndex, "PAPCCL_IB_GID_INDEX", -1, -1, 255, \

@@ -496,11 +496,12 @@ class ScopedParam {
   bool had_;
 };
 
-// CUDA IPC allreduce (ranks of one process read each other's arenas): exact results for
+// CUDA IPC collectives (ranks of one process read each other's arenas): exact results for
 // integer-valued floats and int32 max, in place and not, over several rounds (a 1 MiB
-// arena: 512 KiB rounds), with one stream late; the comm must have CUDA IPC on. With
-// PAPCCL_CUDA_IPC=0 the same calls take pinned staging and give the same answers.
-TEST(GpuColls, IpcAllreduceExact) {
+// arena: 512 KiB rounds), with one stream late; then AllGather, ReduceScatter, Broadcast and
+// Reduce. The comm must have CUDA IPC on. With PAPCCL_CUDA_IPC=0 the same calls take pinned
+// staging and give the same answers.
+TEST(GpuColls, IpcCollectivesExact) {
   const size_t count = 1000003;  // 4 MB of fp32: 8 rounds, not a multiple of any block
   ScopedParam mb("PAPCCL_CUDA_IPC_MB", "1");
   for (const char* ipc : {"1", "0"}) {
@@ -547,10 +548,42 @@ TEST(GpuColls, IpcAllreduceExact) {
           wrong += imax[i] != m;
         }
         EXPECT_EQ(0u, wrong) << "rank " << rank << " of " << n << ", PAPCCL_CUDA_IPC=" << ipc;
+        // The one-stage collectives over the same rounds: rank q's input is all q + 1.
+        const size_t c2 = 300001;
+        float *ag, *rs;
+        CU(cudaMalloc(&ag, c2 * 4 * n));
+        CU(cudaMalloc(&rs, c2 * 4 * n));
+        PC(papKernFillF32(s, c2, (float)(rank + 1), 0.0f, st));
+        PC(papKernFillF32(rs, c2 * n, (float)(rank + 1), 0.0f, st));
+        PC(papcclAllGather(s, ag, c2, papcclFloat32, comm, st));
+        PC(papcclReduceScatter(rs, r, c2, papcclFloat32, papcclSum, comm, st));
+        PC(papcclBroadcast(s, s, c2, papcclFloat32, n - 1, comm, st));  // in place
+        PC(papcclReduce(rs, rs, c2, papcclFloat32, papcclSum, 0, comm, st));  // in place
+        CU(cudaStreamSynchronize(st));
+        std::vector<float> hag(c2 * n), hrs(c2), hbc(c2), hred(c2);
+        CU(cudaMemcpy(hag.data(), ag, c2 * 4 * n, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(hrs.data(), r, c2 * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(hbc.data(), s, c2 * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(hred.data(), rs, c2 * 4, cudaMemcpyDeviceToHost));
+        const float sum = (float)(n * (n + 1) / 2);
+        size_t wrongAg = 0, wrongRs = 0, wrongBc = 0, wrongRed = 0;
+        for (size_t i = 0; i < c2; i++) {
+          for (int q = 0; q < n; q++)
+            wrongAg += hag[(size_t)q * c2 + i] != (float)(q + 1);
+          wrongRs += hrs[i] != sum;
+          wrongBc += hbc[i] != (float)n;
+          wrongRed += rank == 0 && hred[i] != sum;
+        }
+        EXPECT_EQ(0u, wrongAg) << "allgather, rank " << rank << " of " << n;
+        EXPECT_EQ(0u, wrongRs) << "reducescatter, rank " << rank << " of " << n;
+        EXPECT_EQ(0u, wrongBc) << "broadcast, rank " << rank << " of " << n;
+        EXPECT_EQ(0u, wrongRed) << "reduce, rank " << rank << " of " << n;
         rankSync();
         cudaFree(s);
         cudaFree(r);
         cudaFree(iv);
+        cudaFree(ag);
+        cudaFree(rs);
       });
     }
   }

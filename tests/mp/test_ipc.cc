@@ -7,6 +7,7 @@
 // (ops larger than half an arena), in place, groups of two ops, and late ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -72,6 +73,19 @@ double Expect(int n, size_t i, papcclRedOp_t op) {
   return acc;
 }
 
+// Joins the rank threads, checks that none counted a wrong value, and returns the device
+// steps the executors ran in all.
+uint64_t JoinAndCount(HostComms& hc, std::vector<std::thread>& th, const std::vector<int>& bad) {
+  for (auto& t : th)
+    t.join();
+  for (size_t r = 0; r < bad.size(); r++)
+    EXPECT_EQ(0, bad[r]) << "rank " << r;
+  uint64_t steps = 0;
+  for (auto c : hc.comms)
+    steps += papTestIpcSteps(c);
+  return steps;
+}
+
 // Runs `iters` allreduces of count elements on every rank (rank `late` delayed by lateUs
 // before each) and checks every result. Returns the device steps the executors ran.
 template <typename T>
@@ -120,14 +134,7 @@ uint64_t RunAllReduce(HostComms& hc, size_t count, papcclDataType_t dt, papcclRe
       }
     });
   }
-  for (auto& t : th)
-    t.join();
-  for (int r = 0; r < n; r++)
-    EXPECT_EQ(0, bad[r]) << "rank " << r;
-  uint64_t steps = 0;
-  for (auto c : hc.comms)
-    steps += papTestIpcSteps(c);
-  return steps;
+  return JoinAndCount(hc, th, bad);
 }
 
 // ranks x algorithm (PAPCCL_ALGO, or "det" for PAPCCL_DETERMINISTIC=1).
@@ -154,6 +161,94 @@ INSTANTIATE_TEST_SUITE_P(Ranks, IpcHostAlgos,
                          ::testing::Combine(::testing::Values(2, 3, 4, 8),
                                             ::testing::Values("auto", "ring", "ac2s", "small",
                                                               "det")),
+                         [](const ::testing::TestParamInfo<IpcParam>& i) {
+                           return std::to_string(std::get<0>(i.param)) + "ranks_" +
+                                  std::get<1>(i.param);
+                         });
+
+// AllGather, Broadcast, ReduceScatter and Reduce (float sum; root n-1), in place and not,
+// counts that take several rounds, one rank late. Returns the executors' device steps.
+enum OneStage {
+  kAllGather,
+  kBroadcast,
+  kReduceScatter,
+  kReduce
+};
+uint64_t RunOneStage(HostComms& hc, OneStage coll, size_t count, bool inPlace, int late,
+                     double lateUs) {
+  const int n = hc.n, root = n - 1;
+  const size_t sendN = coll == kReduceScatter ? count * n : count;
+  const size_t recvN = coll == kAllGather ? count * n : count;
+  std::vector<std::thread> th;
+  std::vector<int> bad(n, 0);
+  for (int r = 0; r < n; r++) {
+    th.emplace_back([&, r]() {
+      std::vector<float> a(std::max(sendN, recvN)), b(recvN, -99.0f);
+      float* send = a.data();
+      float* recv = inPlace ? a.data() : b.data();
+      if (inPlace && coll == kAllGather) send = a.data() + (size_t)r * count;
+      if (inPlace && coll == kReduceScatter) recv = a.data() + (size_t)r * count;
+      for (size_t i = 0; i < a.size(); i++)
+        a[i] = -7.0f;
+      for (size_t i = 0; i < sendN; i++)
+        send[i] = (float)In(r, i);
+      if (r == late) papPerfDelayUs(lateUs);
+      papcclResult_t res = papcclSuccess;
+      papcclComm_t c = hc.comms[r];
+      if (coll == kAllGather) res = papcclAllGather(send, recv, count, papcclFloat32, c, nullptr);
+      if (coll == kBroadcast)
+        res = papcclBroadcast(send, recv, count, papcclFloat32, root, c, nullptr);
+      if (coll == kReduceScatter)
+        res = papcclReduceScatter(send, recv, count, papcclFloat32, papcclSum, c, nullptr);
+      if (coll == kReduce)
+        res = papcclReduce(send, recv, count, papcclFloat32, papcclSum, root, c, nullptr);
+      if (res != papcclSuccess) {
+        bad[r]++;
+        return;
+      }
+      if (coll == kReduce && r != root) return;
+      for (size_t i = 0; i < (coll == kAllGather ? recvN : count); i++) {
+        double want = 0;
+        if (coll == kAllGather) want = In((int)(i / count), i % count);
+        if (coll == kBroadcast) want = In(root, i);
+        if (coll == kReduceScatter || coll == kReduce) {
+          size_t at = coll == kReduceScatter ? (size_t)r * count + i : i;
+          for (int q = 0; q < n; q++)
+            want += In(q, at);
+        }
+        if ((double)recv[i] != want && bad[r]++ < 3)
+          ADD_FAILURE() << "collective " << coll << " rank " << r << " count " << count
+                        << (inPlace ? " in place" : "") << " element " << i << ": " << recv[i]
+                        << " != " << want;
+      }
+    });
+  }
+  return JoinAndCount(hc, th, bad);
+}
+
+class IpcHostOneStage : public IpcHost, public ::testing::WithParamInterface<IpcParam> {};
+
+TEST_P(IpcHostOneStage, AllGatherBroadcastReduceScatterReduce) {
+  const int n = std::get<0>(GetParam());
+  const std::string algo = std::get<1>(GetParam());
+  ScopedEnv det("PAPCCL_DETERMINISTIC", algo == "det" ? "1" : nullptr);
+  ScopedEnv pap("PAPCCL_PAP", algo == "nopap" ? "0" : nullptr);
+  HostComms hc(n, 64 << 10);
+  uint64_t last = 0;
+  for (OneStage coll : {kAllGather, kBroadcast, kReduceScatter, kReduce}) {
+    for (size_t count : {(size_t)1, (size_t)333, (size_t)9000}) {
+      for (bool inPlace : {false, true}) {
+        uint64_t steps = RunOneStage(hc, coll, count, inPlace, (int)(count % n), 2000);
+        EXPECT_GT(steps, last) << "collective " << coll << " did not take the IPC plan";
+        last = steps;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, IpcHostOneStage,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values("auto", "nopap", "det")),
                          [](const ::testing::TestParamInfo<IpcParam>& i) {
                            return std::to_string(std::get<0>(i.param)) + "ranks_" +
                                   std::get<1>(i.param);
