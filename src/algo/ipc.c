@@ -145,19 +145,24 @@ static papcclResult_t ipcOneStage(struct papEngine* e, struct papOpDesc* op) {
     int end = papPlanJoin(e, prevEnd, gin);
     if (rs || (coll == PAP_COLL_REDUCE && r == root)) {
       const size_t off = rs ? (size_t)r * cb : 0; /* my block within each producer's slice */
-      char* dst = recv + b0 * esz;
-      /* In place the result overwrites my own input: only after my copy of it. */
-      int s = papPlanDevReduce(e, dst, arena[order[0]] + off, arena[order[1]] + off, cb, op->dtype,
+      /* The kernels reduce into the second half of my arena (the receive buffer may be host
+       * memory no kernel can write), after my copy in, which waited for the previous round's
+       * copy out of it; then one copy to the receive buffer (in place that overwrites my own
+       * input, read by then). */
+      char* acc = arena[r] + e->dev.bytes / 2;
+      int s = papPlanDevReduce(e, acc, arena[order[0]] + off, arena[order[1]] + off, cb, op->dtype,
                                op->red, papPlanJoin(e, ready[order[0]], gin), ready[order[1]]);
       PLAN_OK(s);
       for (int i = 2; i < n; i++) {
-        s = papPlanDevReduce(e, dst, dst, arena[order[i]] + off, cb, op->dtype, op->red, s,
+        s = papPlanDevReduce(e, acc, acc, arena[order[i]] + off, cb, op->dtype, op->red, s,
                              ready[order[i]]);
         PLAN_OK(s);
       }
-      end = papPlanJoin(e, end, s);
       for (int p = 0; p < n; p++)
         if (consumes(op, r, p)) PLAN_OK(papPlanSend(e, p, token, sizeof(*token), s, -1));
+      int c = papPlanDevCopy(e, recv + b0 * esz, acc, cb, s, -1);
+      PLAN_OK(c);
+      end = papPlanJoin(e, end, c);
     } else if (coll == PAP_COLL_ALLGATHER || coll == PAP_COLL_BROADCAST) {
       const int ag = coll == PAP_COLL_ALLGATHER;
       for (int i = 0; i < n; i++) {

@@ -231,6 +231,30 @@ size_t wrongSums(const float* b, int k, size_t count, cudaStream_t st) {
   return wrong;
 }
 
+// Sets a PAPCCL_* variable for the comms made in this scope (the library reads parameters
+// once: they are forgotten on both ends).
+class ScopedParam {
+ public:
+  ScopedParam(const char* name, const char* value) : name_(name) {
+    const char* old = getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+    papTestIpcParamReset();
+  }
+  ~ScopedParam() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+    papTestIpcParamReset();
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_;
+};
+
 }  // namespace
 
 // Every collective x datatype x op on device buffers, 1 to 4 ranks (threads) on one GPU.
@@ -414,17 +438,21 @@ TEST(GpuColls, GroupMixesHostDeviceAndStreams) {
 TEST(GpuColls, ManyOpsInOneGroup) {
   const int n = 2, k = 40;
   const size_t count = 60000;  // 9.6 MB in one job: more than PAPCCL_CUDA_STAGING_MB (8)
-  onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
-    float* b = filledBlocks(rank, k, count, st);
-    ASSERT_NE(nullptr, b);
-    PC(papcclGroupStart());
-    for (int i = 0; i < k; i++)
-      PC(papcclAllReduce(b + count * i, b + count * i, count, papcclFloat32, papcclSum, comm, st));
-    PC(papcclGroupEnd());
-    EXPECT_EQ(0u, wrongSums(b, k, count, st)) << "rank " << rank;
-    rankSync();
-    cudaFree(b);
-  });
+  for (const char* ipc : {"0", "1"}) {  // staged; through CUDA IPC arenas, one op after another
+    ScopedParam on("PAPCCL_CUDA_IPC", ipc);
+    onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+      float* b = filledBlocks(rank, k, count, st);
+      ASSERT_NE(nullptr, b);
+      PC(papcclGroupStart());
+      for (int i = 0; i < k; i++)
+        PC(papcclAllReduce(b + count * i, b + count * i, count, papcclFloat32, papcclSum, comm,
+                           st));
+      PC(papcclGroupEnd());
+      EXPECT_EQ(0u, wrongSums(b, k, count, st)) << "rank " << rank << ", PAPCCL_CUDA_IPC=" << ipc;
+      rankSync();
+      cudaFree(b);
+    });
+  }
 }
 
 // A caller running ahead of a late stream: 12 allreduces of 2 MiB queued while rank 1's
@@ -433,6 +461,7 @@ TEST(GpuColls, ManyOpsInOneGroup) {
 TEST(GpuColls, StagingBackpressure) {
   const int n = 2, k = 12;
   const size_t count = 512 * 1024;
+  ScopedParam staged("PAPCCL_CUDA_IPC", "0");  // CUDA IPC allreduces take no staging
   onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
     float* b = filledBlocks(rank, k, count, st);
     ASSERT_NE(nullptr, b);
@@ -471,30 +500,6 @@ TEST(GpuColls, AbortReleasesTheStream) {
   cudaFree(b);
   cudaStreamDestroy(st);
 }
-
-// Sets a PAPCCL_* variable for the comms made in this scope (the library reads parameters
-// once: they are forgotten on both ends).
-class ScopedParam {
- public:
-  ScopedParam(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-    papTestIpcParamReset();
-  }
-  ~ScopedParam() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-    papTestIpcParamReset();
-  }
-
- private:
-  std::string name_, old_;
-  bool had_;
-};
 
 // CUDA IPC collectives (ranks of one process read each other's arenas): exact results for
 // integer-valued floats and int32 max, in place and not, over several rounds (a 1 MiB

@@ -2,6 +2,7 @@
 /* CPU executor for the IPC allreduce plan's device steps (see shim_ipc.h). */
 #include "shim_ipc.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,17 @@ struct hostExec {
   uint64_t steps;
   unsigned seed;
   char** arena; /* shared by the n comms; freed by the last detach */
+  int n;
+  size_t bytes;
 };
+
+/* A GPU kernel can only touch device memory (the arenas here); the user's buffers may be
+ * pageable host memory, which only the copies may read or write. */
+static int inArena(const struct hostExec* h, const char* p, size_t len) {
+  for (int i = 0; i < h->n; i++)
+    if (p >= h->arena[i] && p + len <= h->arena[i] + h->bytes) return 1;
+  return 0;
+}
 
 /* The work is done when the step is seen done, after 1 to 3 polls. */
 struct hostReq {
@@ -39,6 +50,12 @@ static papcclResult_t hostTest(void* ctx, struct papStep* s, int* doneOut) {
   if (s->kind == PAP_STEP_DCOPY) {
     memmove(s->dst, s->src, s->bytes);
   } else {
+    if (!inArena(h, s->dst, s->bytes) || !inArena(h, s->src, s->bytes) ||
+        !inArena(h, s->src2, s->bytes)) {
+      fprintf(stderr, "shim_ipc: a reduction step touches memory outside the arenas\n");
+      free(q);
+      return papcclInternalError;
+    }
     size_t esz = papKernTypeSize((papcclDataType_t)s->dtype);
     papKernHostReduce(s->dst, s->src, s->src2, s->bytes / esz, (papcclDataType_t)s->dtype,
                       (enum papRedKind)s->red);
@@ -73,6 +90,8 @@ int papTestIpcAttachHost(void** comms, int n, size_t arenaBytes) {
     if (h == NULL) return -1;
     h->seed = 7u + (unsigned)i;
     h->arena = arena;
+    h->n = n;
+    h->bytes = arenaBytes;
     c->engine.dev.ops = &hostOps;
     c->engine.dev.ctx = h;
     c->engine.dev.arena = arena;
