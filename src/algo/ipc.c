@@ -20,6 +20,7 @@
 #include "algo/algo.h"
 #include "check.h"
 #include "log.h"
+#include "param.h"
 
 /* Elements of each block are a multiple of this many bytes (16-byte vector loads). */
 #define IPC_ALIGN 256
@@ -44,6 +45,8 @@ static size_t roundElems(const struct papEngine* e, const struct papOpDesc* op) 
 int papAlgoIpcEligible(const struct papOpDesc* op, const struct papEngine* e) {
   if (e->dev.ops == NULL || e->dev.arena == NULL || op->count == 0 || op->avg || op->preMul)
     return 0;
+  /* Small ops: a few device round trips cost more than staging (the same on every rank). */
+  if ((int64_t)(op->count * papKernTypeSize(op->dtype)) < papParamCudaIpcMinBytes()) return 0;
   switch (op->coll) {
   case PAP_COLL_ALLREDUCE:
   case PAP_COLL_ALLGATHER:

@@ -49,6 +49,8 @@
     "1: ranks of one host with GPUs run collectives through each other's memory (CUDA IPC)") \
   X(CudaIpcMb, "PAPCCL_CUDA_IPC_MB", 64, 1, 65536, \
     "CUDA IPC: device arena per rank (MiB); larger collectives run in rounds of half of it") \
+  X(CudaIpcMinBytes, "PAPCCL_CUDA_IPC_MIN_BYTES", 65536, 0, 1099511627776LL, \
+    "CUDA IPC: smaller collectives (bytes per rank) take the ordinary path") \
   X(CudaMemops, "PAPCCL_CUDA_MEMOPS", 1, 0, 1, \
     "device ops: 1 stream memory operations for arrival/wait, 0 one-thread kernels") \
   X(IbGidIndex, "PAPCCL_IB_GID_INDEX", -1, -1, 255, \

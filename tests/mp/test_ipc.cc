@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -35,7 +36,16 @@ class IpcHost : public Test {
     if (PAPT_TSAN)
       GTEST_SKIP() << "ThreadSanitizer cannot see synchronization through shared memory mapped "
                       "at two addresses of one process (the shm messages between the ranks)";
+    // Every size through the arenas, down to one element.
+    minBytes_.reset(new ScopedEnv("PAPCCL_CUDA_IPC_MIN_BYTES", "0"));
   }
+  void TearDown() override {
+    minBytes_.reset();
+    Test::TearDown();
+  }
+
+ private:
+  std::unique_ptr<ScopedEnv> minBytes_;
 };
 
 // n ranks of one comm, made in this process, with host arenas attached.
@@ -276,6 +286,11 @@ TEST_F(IpcHost, AvgTakesTheOrdinaryPlan) {
   HostComms hc(2, 64 << 10);
   EXPECT_EQ(0, papTestIpcEligible(hc.comms[0], 1000, papcclFloat32, papcclAvg));
   EXPECT_EQ(1, papTestIpcEligible(hc.comms[0], 1000, papcclFloat32, papcclSum));
+  {
+    ScopedEnv small("PAPCCL_CUDA_IPC_MIN_BYTES", "4001");  // below it: the ordinary path
+    EXPECT_EQ(0, papTestIpcEligible(hc.comms[0], 1000, papcclFloat32, papcclSum));
+    EXPECT_EQ(1, papTestIpcEligible(hc.comms[0], 1001, papcclFloat32, papcclSum));
+  }
   std::vector<std::thread> th;
   std::vector<int> bad(2, 0);
   for (int r = 0; r < 2; r++) {
