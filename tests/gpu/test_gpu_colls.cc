@@ -594,6 +594,43 @@ TEST(GpuColls, IpcCollectivesExact) {
   }
 }
 
+// Rank 0's median time in call (ms) of `iters` allreduces (sum) of count fp32 on n ranks
+// sharing the GPU, each after one to line the ranks up; rank n-1's stream lateUs late.
+double medianAllreduceMs(int n, size_t count, int lateUs, int iters) {
+  std::vector<double> ms;
+  onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+    float* b;
+    CU(cudaMalloc(&b, count * 4));
+    rankSync();
+    PC(papKernFillF32(b, count, 1.0f, 0.0f, st));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<double> mine;
+    for (int it = 0; it < iters + 2; it++) {
+      PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st));  // line up
+      CU(cudaStreamSynchronize(st));
+      if (lateUs && rank == n - 1) {
+        PC(papKernSpinNs(1000ull * lateUs, st));
+      }
+      cudaEventRecord(e0, st);
+      PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st));
+      cudaEventRecord(e1, st);
+      CU(cudaStreamSynchronize(st));
+      float t = 0;
+      cudaEventElapsedTime(&t, e0, e1);
+      if (it >= 2) mine.push_back(t);
+    }
+    if (rank == 0) ms = mine;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    rankSync();
+    cudaFree(b);
+  });
+  std::sort(ms.begin(), ms.end());
+  return ms.empty() ? 0 : ms[ms.size() / 2];
+}
+
 // Figures for the record (not assertions): allreduce (sum) of 64 MiB fp32 device buffers with
 // 2 and 4 ranks sharing the GPU, balanced and with one stream 20 ms late, through CUDA IPC
 // and through pinned staging (PAPCCL_CUDA_IPC=0); median of 7.
@@ -603,44 +640,13 @@ TEST(GpuColls, ReportAllreduce) {
     ScopedParam on("PAPCCL_CUDA_IPC", ipc);
     for (int n : {2, 4}) {
       for (int lateUs : {0, 20000}) {
-        std::vector<double> ms;
-        onRanks(n, [&](int rank, papcclComm_t comm, cudaStream_t st) {
-          float* b;
-          CU(cudaMalloc(&b, count * 4));
-          rankSync();
-          PC(papKernFillF32(b, count, 1.0f, 0.0f, st));
-          cudaEvent_t e0, e1;
-          cudaEventCreate(&e0);
-          cudaEventCreate(&e1);
-          std::vector<double> mine;
-          for (int it = 0; it < 9; it++) {
-            PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st));  // line up
-            CU(cudaStreamSynchronize(st));
-            if (lateUs && rank == n - 1) {
-              PC(papKernSpinNs(1000ull * lateUs, st));
-            }
-            cudaEventRecord(e0, st);
-            PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st));
-            cudaEventRecord(e1, st);
-            CU(cudaStreamSynchronize(st));
-            float t = 0;
-            cudaEventElapsedTime(&t, e0, e1);
-            if (it >= 2) mine.push_back(t);
-          }
-          if (rank == 0) ms = mine;
-          cudaEventDestroy(e0);
-          cudaEventDestroy(e1);
-          rankSync();
-          cudaFree(b);
-        });
-        std::sort(ms.begin(), ms.end());
-        double med = ms.empty() ? 0 : ms[ms.size() / 2];
+        double med = medianAllreduceMs(n, count, lateUs, 7);
         double busbw = med > 0 ? 2.0 * (n - 1) / n * count * 4 / (med * 1e-3) / 1e9 : 0;
         printf(
             "[ figure ] allreduce 64 MiB fp32 device, %d ranks on one GPU, %s, %s: rank 0 time "
-            "in call %.2f ms (median of %zu), busbw %.1f GB/s\n",
+            "in call %.2f ms (median of 7), busbw %.1f GB/s\n",
             n, ipc[0] == '1' ? "CUDA IPC" : "pinned staging",
-            lateUs ? "last stream 20 ms late" : "balanced", med, ms.size(), busbw);
+            lateUs ? "last stream 20 ms late" : "balanced", med, busbw);
       }
     }
   }
@@ -655,36 +661,7 @@ TEST(GpuColls, ReportIpcCrossover) {
     for (int ipc = 0; ipc < 2; ipc++) {
       ScopedParam on("PAPCCL_CUDA_IPC", ipc ? "1" : "0");
       ScopedParam all("PAPCCL_CUDA_IPC_MIN_BYTES", "0");
-      const size_t count = bytes / 4;
-      std::vector<double> ms;
-      onRanks(2, [&](int rank, papcclComm_t comm, cudaStream_t st) {
-        float* b;
-        CU(cudaMalloc(&b, bytes));
-        rankSync();
-        PC(papKernFillF32(b, count, 1.0f, 0.0f, st));
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        std::vector<double> mine;
-        for (int it = 0; it < 18; it++) {
-          PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st));  // line up
-          CU(cudaStreamSynchronize(st));
-          cudaEventRecord(e0, st);
-          PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st));
-          cudaEventRecord(e1, st);
-          CU(cudaStreamSynchronize(st));
-          float t = 0;
-          cudaEventElapsedTime(&t, e0, e1);
-          if (it >= 3) mine.push_back(t);
-        }
-        if (rank == 0) ms = mine;
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-        rankSync();
-        cudaFree(b);
-      });
-      std::sort(ms.begin(), ms.end());
-      med[ipc] = ms.empty() ? 0 : ms[ms.size() / 2];
+      med[ipc] = medianAllreduceMs(2, bytes / 4, 0, 15);
     }
     printf(
         "[ figure ] allreduce %zu B fp32 device, 2 ranks on one GPU: pinned staging %.3f ms, "
