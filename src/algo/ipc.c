@@ -20,7 +20,6 @@
 #include "algo/algo.h"
 #include "check.h"
 #include "log.h"
-#include "param.h"
 
 /* Elements of each block are a multiple of this many bytes (16-byte vector loads). */
 #define IPC_ALIGN 256
@@ -35,18 +34,21 @@ static void ipcBlock(size_t cnt, size_t esz, int nE, int j, size_t* lo, size_t* 
   *hi = h < cnt ? h : cnt;
 }
 
-/* Elements of one round: half an arena, shared by the n blocks of a ReduceScatter input. */
+/* Elements of one round: half an arena, shared by the n blocks of a ReduceScatter input;
+ * a multiple of IPC_ALIGN bytes, so that every slice starts 16-byte aligned. */
 static size_t roundElems(const struct papEngine* e, const struct papOpDesc* op) {
   size_t esz = papKernTypeSize(op->dtype);
   size_t per = op->coll == PAP_COLL_REDUCESCATTER ? (size_t)e->nranks : 1;
-  return esz ? e->dev.bytes / 2 / esz / per : 0;
+  if (esz == 0) return 0;
+  size_t a = IPC_ALIGN / esz;
+  return e->dev.bytes / 2 / esz / per / a * a;
 }
 
 int papAlgoIpcEligible(const struct papOpDesc* op, const struct papEngine* e) {
   if (e->dev.ops == NULL || e->dev.arena == NULL || op->count == 0 || op->avg || op->preMul)
     return 0;
   /* Small ops: a few device round trips cost more than staging (the same on every rank). */
-  if ((int64_t)(op->count * papKernTypeSize(op->dtype)) < papParamCudaIpcMinBytes()) return 0;
+  if (op->count * papKernTypeSize(op->dtype) < e->dev.minBytes) return 0;
   switch (op->coll) {
   case PAP_COLL_ALLREDUCE:
   case PAP_COLL_ALLGATHER:
@@ -69,11 +71,11 @@ static papcclResult_t contribOrder(struct papEngine* e, const struct papOpDesc* 
   memset(seen, 0, sizeof(int) * (size_t)n);
   int k = 0;
   int pap = op->algo == PAP_ALGO_AC2S || op->algo == PAP_ALGO_SMALL || op->algo == PAP_ALGO_PAP;
-  if (pap) {
-    for (int j = 0; j < op->nE; j++) {
-      order[k++] = op->owners[j];
-      seen[op->owners[j]] = 1;
-    }
+  for (int j = 0; pap && j < op->nE && j < n; j++) {
+    int o = op->owners[j];
+    if (o < 0 || o >= n || seen[o]) continue; /* never, from a valid commit */
+    order[k++] = o;
+    seen[o] = 1;
   }
   for (int p = 0; p < n; p++)
     if (!seen[p]) order[k++] = p;
@@ -131,7 +133,7 @@ static papcclResult_t ipcOneStage(struct papEngine* e, struct papOpDesc* op) {
     if (produces) {
       for (int j = 0; j < (rs ? n : 1); j++) {
         const char* src = send + ((size_t)j * op->count + b0) * esz;
-        gin = papPlanDevCopy(e, arena[r] + (size_t)j * cb, src, cb, prevEnd, gin);
+        gin = papPlanDevCopy(e, arena[r] + (size_t)j * re * esz, src, cb, prevEnd, gin);
         PLAN_OK(gin);
       }
       for (int c = 0; c < n; c++)
@@ -147,7 +149,7 @@ static papcclResult_t ipcOneStage(struct papEngine* e, struct papOpDesc* op) {
     }
     int end = papPlanJoin(e, prevEnd, gin);
     if (rs || (coll == PAP_COLL_REDUCE && r == root)) {
-      const size_t off = rs ? (size_t)r * cb : 0; /* my block within each producer's slice */
+      const size_t off = rs ? (size_t)r * re * esz : 0; /* my block in each producer's arena */
       /* The kernels reduce into the second half of my arena (the receive buffer may be host
        * memory no kernel can write), after my copy in, which waited for the previous round's
        * copy out of it; then one copy to the receive buffer (in place that overwrites my own

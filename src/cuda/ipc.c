@@ -39,6 +39,7 @@ struct ipcInfo {
   uint64_t proc; /* random per process: equal means the same process (pids may repeat in
                     * other PID namespaces sharing this host's shared memory) */
   uint64_t bytes;
+  uint64_t minBytes; /* PAPCCL_CUDA_IPC_MIN_BYTES here: every rank takes the largest */
   uint64_t ptr; /* the arena in its own process */
   cudaIpcMemHandle_t handle;
 };
@@ -310,16 +311,18 @@ papcclResult_t papIpcCommInit(struct papComm* comm) {
   PAP_CHECK_GOTO(papCalloc(&st->arena, (size_t)n), res, out);
   PAP_CHECK_GOTO(papCalloc(&st->opened, (size_t)n), res, out);
   info[r].proc = processToken();
+  info[r].minBytes = (uint64_t)papParamCudaIpcMinBytes();
   /* Every rank takes part in both exchanges, whatever its own answer. */
   if (papDeviceAvailable())
     why = localSetup(comm, st, &info[r]);
   else
     why = "no GPU support in this process";
   PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, info, sizeof(*info)), res, out);
-  size_t bytes = info[r].bytes;
-  for (int p = 0; p < n && why == NULL; p++) {
-    if (!info[p].ok) why = "a rank has no GPU arena (its log says why)";
+  size_t bytes = info[r].bytes, minBytes = 0;
+  for (int p = 0; p < n; p++) {
+    if (!info[p].ok && why == NULL) why = "a rank has no GPU arena (its log says why)";
     if (info[p].bytes < bytes) bytes = info[p].bytes;
+    if (info[p].minBytes > minBytes) minBytes = info[p].minBytes;
   }
   if (why == NULL) {
     struct papDevSaved sv = papDeviceEnter(comm);
@@ -341,6 +344,7 @@ papcclResult_t papIpcCommInit(struct papComm* comm) {
   comm->engine.dev.ctx = st;
   comm->engine.dev.arena = st->arena;
   comm->engine.dev.bytes = bytes;
+  comm->engine.dev.minBytes = minBytes;
   comm->ipc = st;
   st = NULL;
   PAP_INFO(PAP_LOG_INIT, "CUDA IPC on: %d ranks on device memory, %zu MiB arena each", n,

@@ -127,6 +127,7 @@ struct papDevView {
   void* ctx;
   char** arena; /* [nranks] */
   size_t bytes;
+  size_t minBytes; /* smaller ops (bytes per rank) take the ordinary plans; agreed at init */
 };
 
 struct papScratch {

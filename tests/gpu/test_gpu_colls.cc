@@ -138,6 +138,10 @@ void rankSync() {
 void onRanks(int n, const std::function<void(int, papcclComm_t, cudaStream_t)>& fn) {
   std::vector<papcclComm_t> comms(n);
   std::vector<int> devs(n, 0);
+  // The process uses the GPU before the comms are made (papccl never makes the first context,
+  // and CUDA IPC is set up at init only in a process that has one).
+  ASSERT_EQ(cudaSuccess, cudaSetDevice(0));
+  ASSERT_EQ(cudaSuccess, cudaFree(nullptr));
   ASSERT_EQ(papcclSuccess, papcclCommInitAll(comms.data(), n, devs.data()));
   std::vector<void*> scratch(2 * n, nullptr);
   for (auto& p : scratch)
@@ -516,11 +520,15 @@ TEST(GpuColls, IpcCollectivesExact) {
         EXPECT_EQ(ipc[0] == '1', papTestIpcOn(comm) == 1)
             << "rank " << rank << ": CUDA IPC is not as PAPCCL_CUDA_IPC=" << ipc
             << " asks (the INFO log says why)";
-        float *s, *r;
+        // The one-stage collectives below: c2 elements per rank.
+        const size_t c2 = 300001;
+        float *s, *r, *ag, *rs;
         int32_t* iv;
         CU(cudaMalloc(&s, count * 4));
         CU(cudaMalloc(&r, count * 4));
         CU(cudaMalloc(&iv, count * 4));
+        CU(cudaMalloc(&ag, c2 * 4 * n));
+        CU(cudaMalloc(&rs, c2 * 4 * n));
         std::vector<int32_t> ih(count);
         for (size_t i = 0; i < count; i++)
           ih[i] = (int32_t)((i * 31 + (size_t)rank * 17) % 1000) - 500;
@@ -554,10 +562,6 @@ TEST(GpuColls, IpcCollectivesExact) {
         }
         EXPECT_EQ(0u, wrong) << "rank " << rank << " of " << n << ", PAPCCL_CUDA_IPC=" << ipc;
         // The one-stage collectives over the same rounds: rank q's input is all q + 1.
-        const size_t c2 = 300001;
-        float *ag, *rs;
-        CU(cudaMalloc(&ag, c2 * 4 * n));
-        CU(cudaMalloc(&rs, c2 * 4 * n));
         PC(papKernFillF32(s, c2, (float)(rank + 1), 0.0f, st));
         PC(papKernFillF32(rs, c2 * n, (float)(rank + 1), 0.0f, st));
         PC(papcclAllGather(s, ag, c2, papcclFloat32, comm, st));
@@ -734,13 +738,14 @@ static int childRank(const char* spec) {
     bad++;
   }
   if (papcclAllReduce(s, r, count, papcclFloat32, papcclSum, comm, st) != papcclSuccess) bad++;
-  if (papcclAllGather(s, r + count, 1000, papcclFloat32, comm, st) != papcclSuccess) bad++;
+  const size_t agCount = 20000;  // 80 KB per rank: above PAPCCL_CUDA_IPC_MIN_BYTES
+  if (papcclAllGather(s, r + count, agCount, papcclFloat32, comm, st) != papcclSuccess) bad++;
   cudaStreamSynchronize(st);
-  std::vector<float> out(count + 1000 * n);
+  std::vector<float> out(count + agCount * n);
   cudaMemcpy(out.data(), r, out.size() * 4, cudaMemcpyDeviceToHost);
   if (out[0] != (float)(n * (n + 1) / 2) || out[count - 1] != out[0]) bad++;
   for (int q = 0; q < n; q++)
-    if (out[count + 1000 * q + 5] != (float)(q + 1)) bad++;
+    if (out[count + agCount * q + 5] != (float)(q + 1)) bad++;
   papcclCommDestroy(comm);
   if (bad) fprintf(stderr, "child rank %d of %d: %d wrong\n", rank, n, bad);
   return bad ? 1 : 0;

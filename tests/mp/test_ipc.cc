@@ -288,8 +288,9 @@ TEST_F(IpcHost, AvgTakesTheOrdinaryPlan) {
   EXPECT_EQ(1, papTestIpcEligible(hc.comms[0], 1000, papcclFloat32, papcclSum));
   {
     ScopedEnv small("PAPCCL_CUDA_IPC_MIN_BYTES", "4001");  // below it: the ordinary path
-    EXPECT_EQ(0, papTestIpcEligible(hc.comms[0], 1000, papcclFloat32, papcclSum));
-    EXPECT_EQ(1, papTestIpcEligible(hc.comms[0], 1001, papcclFloat32, papcclSum));
+    HostComms hc2(2, 64 << 10);
+    EXPECT_EQ(0, papTestIpcEligible(hc2.comms[0], 1000, papcclFloat32, papcclSum));
+    EXPECT_EQ(1, papTestIpcEligible(hc2.comms[0], 1001, papcclFloat32, papcclSum));
   }
   std::vector<std::thread> th;
   std::vector<int> bad(2, 0);

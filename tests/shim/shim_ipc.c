@@ -54,6 +54,7 @@ static papcclResult_t hostTest(void* ctx, struct papStep* s, int* doneOut) {
         !inArena(h, s->src2, s->bytes)) {
       fprintf(stderr, "shim_ipc: a reduction step touches memory outside the arenas\n");
       free(q);
+      s->devReq = NULL; /* not dropped again when the failed plan is reset */
       return papcclInternalError;
     }
     size_t esz = papKernTypeSize((papcclDataType_t)s->dtype);
@@ -96,6 +97,7 @@ int papTestIpcAttachHost(void** comms, int n, size_t arenaBytes) {
     c->engine.dev.ctx = h;
     c->engine.dev.arena = arena;
     c->engine.dev.bytes = arenaBytes;
+    c->engine.dev.minBytes = (size_t)papParamCudaIpcMinBytes();
   }
   return 0;
 }
