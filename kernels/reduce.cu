@@ -16,9 +16,9 @@ extern "C" {
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <stddef.h>
 #include <stdint.h>
+#include <atomic>
 
 namespace {
 
