@@ -111,9 +111,6 @@ static papcclResult_t ipcOneStage(struct papEngine* e, struct papOpDesc* op) {
   char* recv = (char*)op->recvbuff;
   const int rs = coll == PAP_COLL_REDUCESCATTER;
   const int produces = coll != PAP_COLL_BROADCAST || r == root;
-  if (n == 1)
-    return papPlanDevCopy(e, recv, send, op->count * esz, -1, -1) < 0 ? papcclSystemError
-                                                                      : papcclSuccess;
   int* order = NULL;
   PAP_CHECK(contribOrder(e, op, &order));
   int* ready = NULL;
@@ -200,55 +197,27 @@ static papcclResult_t ipcOneStage(struct papEngine* e, struct papOpDesc* op) {
   return papcclSuccess;
 }
 
-papcclResult_t papPlanIpc(struct papEngine* e, struct papOpDesc* op) {
-  if (op->coll != PAP_COLL_ALLREDUCE) {
-    PAP_CHECK(ipcOneStage(e, op));
-    if (papPlanFailed(e)) {
-      PAP_WARN("out of memory while building a plan");
-      return papcclSystemError;
-    }
-    return papcclSuccess;
-  }
+/* AllReduce: blocks owned by the commit's early ranks (every rank, in rank order, without a
+ * commit), reduced out of every rank's arena into the owner's, then copied out by all. */
+static papcclResult_t ipcAllReduce(struct papEngine* e, struct papOpDesc* op) {
   const int n = e->nranks, r = e->rank;
   const size_t esz = papKernTypeSize(op->dtype);
   const char* send = (const char*)op->sendbuff;
   char* recv = (char*)op->recvbuff;
-  if (n == 1)
-    return papPlanDevCopy(e, recv, send, op->count * esz, -1, -1) < 0 ? papcclSystemError
-                                                                      : papcclSuccess;
-  /* Block owners and the order in which each owner takes the contributions. */
-  int* mem = NULL;
-  PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n * 3, (void**)&mem));
-  int* own = mem;
-  int* order = mem + n;
-  int* isOwner = mem + 2 * n;
+  /* Block owners, and the order in which each owner takes the contributions. */
+  int* own = NULL;
+  PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n, (void**)&own));
   int nE = n;
   int pap =
       op->algo == PAP_ALGO_AC2S || op->algo == PAP_ALGO_AC2S_DET || op->algo == PAP_ALGO_SMALL;
-  memset(isOwner, 0, sizeof(int) * (size_t)n);
-  if (pap) {
-    nE = op->nE;
-    for (int j = 0; j < nE; j++)
-      own[j] = op->owners[j];
-  } else {
-    for (int j = 0; j < n; j++)
-      own[j] = j;
-  }
+  if (pap) nE = op->nE;
   for (int j = 0; j < nE; j++)
-    isOwner[own[j]] = 1;
+    own[j] = pap ? op->owners[j] : j;
   int myBlock = -1;
   for (int j = 0; j < nE; j++)
     if (own[j] == r) myBlock = j;
-  int nOrder = 0;
-  if (op->algo == PAP_ALGO_AC2S_DET) {
-    for (int p = 0; p < n; p++)
-      order[nOrder++] = p;
-  } else {
-    for (int j = 0; j < nE; j++)
-      order[nOrder++] = own[j];
-    for (int p = 0; p < n; p++)
-      if (!isOwner[p]) order[nOrder++] = p;
-  }
+  int* order = NULL;
+  PAP_CHECK(contribOrder(e, op, &order));
   /* Step indices kept per round. */
   int* st = NULL;
   PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n * 2, (void**)&st));
@@ -288,7 +257,7 @@ papcclResult_t papPlanIpc(struct papEngine* e, struct papOpDesc* op) {
       int s = papPlanDevReduce(e, acc, arena[order[0]] + lo * esz, arena[order[1]] + lo * esz,
                                bytes, op->dtype, op->red, dep, ready[order[1]]);
       PLAN_OK(s);
-      for (int i = 2; i < nOrder; i++) {
+      for (int i = 2; i < n; i++) {
         s = papPlanDevReduce(e, acc, acc, arena[order[i]] + lo * esz, bytes, op->dtype, op->red, s,
                              ready[order[i]]);
         PLAN_OK(s);
@@ -328,6 +297,17 @@ papcclResult_t papPlanIpc(struct papEngine* e, struct papOpDesc* op) {
     prevEnd = end;
   }
   e->ipcEnd = prevEnd;
+  return papcclSuccess;
+}
+
+papcclResult_t papPlanIpc(struct papEngine* e, struct papOpDesc* op) {
+  /* On one rank each of the five is a copy. */
+  if (e->nranks == 1) {
+    size_t bytes = op->count * papKernTypeSize(op->dtype);
+    PLAN_OK(papPlanDevCopy(e, op->recvbuff, op->sendbuff, bytes, -1, -1));
+    return papcclSuccess;
+  }
+  PAP_CHECK(op->coll == PAP_COLL_ALLREDUCE ? ipcAllReduce(e, op) : ipcOneStage(e, op));
   if (papPlanFailed(e)) {
     PAP_WARN("out of memory while building a plan");
     return papcclSystemError;

@@ -302,11 +302,13 @@ int papDeviceOpNeedsStream(struct papOpDesc* d) {
   return d->sendOnGpu || d->recvOnGpu;
 }
 
-static papcclResult_t cudaFail(const char* what, cudaError_t err) {
-  PAP_WARN("%s failed: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
+papcclResult_t papDeviceCudaFail(const char* what, int err) {
+  cudaError_t e = (cudaError_t)err;
+  PAP_WARN("%s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
   (void)cudaGetLastError();
   return papcclUnhandledCudaError;
 }
+#define cudaFail(what, err) papDeviceCudaFail(what, (int)(err))
 #define CUDA_CHECK(call) \
   do { \
     cudaError_t e_ = (call); \

@@ -53,6 +53,9 @@ struct papDevSaved {
   void* ctx;
 };
 struct papDevSaved papDeviceEnter(const struct papComm* comm);
+/* WARNs "<what> failed: <CUDA error>" (err is a cudaError_t), clears the error and returns
+ * papcclUnhandledCudaError. CUDA builds only. */
+papcclResult_t papDeviceCudaFail(const char* what, int err);
 /* The CUDA context current on this thread (NULL: none, or no GPU support). */
 void* papDeviceCurrentCtx(void);
 void papDeviceLeave(struct papDevSaved sv);

@@ -100,11 +100,7 @@ static void arenaGive(void* ptr, size_t bytes, void* ctx) {
   pthread_mutex_unlock(&spareLock);
 }
 
-static papcclResult_t cudaFail(const char* what, cudaError_t err) {
-  PAP_WARN("%s failed: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
-  (void)cudaGetLastError();
-  return papcclUnhandledCudaError;
-}
+#define cudaFail(what, err) papDeviceCudaFail(what, (int)(err))
 
 /* ---- Device steps ------------------------------------------------------------------------ */
 

@@ -68,7 +68,7 @@ void papPlanReset(struct papEngine* e) {
   /* A failed plan may leave device work posted: it must be finished before the op's buffers
    * go back to the caller (or its stream); then its handles go back to the device. */
   if (e->devPosted > 0 && e->dev.ops->quiesce) e->dev.ops->quiesce(e->dev.ctx);
-  for (int i = e->first; e->devPosted > 0 && i < e->nsteps; i++) {
+  for (int i = e->first; e->devPosted > 0 && e->steps && i < e->nsteps; i++) {
     struct papStep* s = &e->steps[i];
     if ((s->kind == PAP_STEP_DCOPY || s->kind == PAP_STEP_DREDUCE) && s->devReq) {
       e->dev.ops->drop(e->dev.ctx, s);
@@ -100,6 +100,13 @@ int papPlanFailed(const struct papEngine* e) {
   return e->cap == PLAN_FAILED_CAP;
 }
 
+/* Marks the plan being built as failed (papPlanFailed); its steps are dropped. */
+static void planFail(struct papEngine* e) {
+  free(e->steps);
+  e->steps = NULL;
+  e->cap = PLAN_FAILED_CAP;
+}
+
 static struct papStep* newStep(struct papEngine* e, int kind, int dep0, int dep1, int* idxOut) {
   if (e->cap == PLAN_FAILED_CAP) return NULL;
   if (e->nsteps == e->cap) {
@@ -107,9 +114,7 @@ static struct papStep* newStep(struct papEngine* e, int kind, int dep0, int dep1
     struct papStep* s = (struct papStep*)realloc(e->steps, ncap * sizeof(*s));
     if (s == NULL) {
       PAP_WARN("out of memory growing a plan to %zu steps", ncap);
-      free(e->steps);
-      e->steps = NULL;
-      e->cap = PLAN_FAILED_CAP;
+      planFail(e);
       return NULL;
     }
     e->steps = s;
@@ -168,16 +173,6 @@ int papPlanRecvReduce(struct papEngine* e, int peer, void* dst, const void* src,
   return planRecvCommon(e, PAP_STEP_RECV_REDUCE, peer, dst, src, bytes, dtype, red, dep0, dep1);
 }
 
-int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0, int dep1) {
-  int idx;
-  struct papStep* s = newStep(e, PAP_STEP_COPY, dep0, dep1, &idx);
-  if (s == NULL) return -1;
-  s->dst = (char*)dst;
-  s->src = (const char*)src;
-  s->bytes = bytes;
-  return idx;
-}
-
 /* A local step: dst = a (OP b). */
 static int planLocal(struct papEngine* e, int kind, void* dst, const void* a, const void* b,
                      size_t bytes, papcclDataType_t dtype, enum papRedKind red, int dep0,
@@ -194,6 +189,10 @@ static int planLocal(struct papEngine* e, int kind, void* dst, const void* a, co
   return idx;
 }
 
+int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0, int dep1) {
+  return planLocal(e, PAP_STEP_COPY, dst, src, NULL, bytes, papcclInt8, PAP_RED_SUM, dep0, dep1);
+}
+
 int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
                   papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
   return planLocal(e, PAP_STEP_REDUCE, dst, a, b, bytes, dtype, red, dep0, dep1);
@@ -203,11 +202,7 @@ static int planDev(struct papEngine* e, int kind, void* dst, const void* a, cons
                    size_t bytes, papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
   if (e->dev.ops == NULL) {
     PAP_WARN("internal error: a device step on a communicator without device support");
-    if (e->cap != PLAN_FAILED_CAP) {
-      free(e->steps);
-      e->steps = NULL;
-      e->cap = PLAN_FAILED_CAP;
-    }
+    if (e->cap != PLAN_FAILED_CAP) planFail(e);
     return -1;
   }
   return planLocal(e, kind, dst, a, b, bytes, dtype, red, dep0, dep1);
