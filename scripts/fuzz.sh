@@ -7,9 +7,10 @@
 # in build-fuzz/fuzz-runs/<name>/ (crash-*, leak-*, timeout-*, oom-*): fix the bug, then
 # commit the input as tests/fuzz/corpus/<name>/crash-<what> so that the replay tests keep it.
 #
-# usage: scripts/fuzz.sh [--seconds N] [--only NAME]...
-# environment: PAPCCL_FUZZ_SECONDS=N (default 60), PAPCCL_SETUP_ARGS="..." (extra meson
-# options), PAPCCL_JOBS=N (compile jobs), CC/CXX (default clang/clang++).
+# usage: scripts/fuzz.sh [--seconds N] [--jobs J] [--only NAME]...
+# environment: PAPCCL_FUZZ_SECONDS=N (default 60), PAPCCL_FUZZ_JOBS=J (fuzzers at once,
+# default: the number of cores), PAPCCL_SETUP_ARGS="..." (extra meson options),
+# PAPCCL_JOBS=N (compile jobs), CC/CXX (default clang/clang++).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,17 +18,21 @@ cd "$ROOT"
 BUILD=build-fuzz
 seconds=${PAPCCL_FUZZ_SECONDS:-60}
 only=()
+jobs_at_once=${PAPCCL_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
 while [ $# -gt 0 ]; do
   case "$1" in
   --seconds) seconds=${2:?--seconds needs a value}; shift ;;
   --seconds=*) seconds=${1#*=} ;;
   --only) only+=("${2:?--only needs a name}"); shift ;;
-  -h | --help) sed -n '3,14p' "$0"; exit 0 ;;
+  --jobs) jobs_at_once=${2:?--jobs needs a value}; shift ;;
+  --jobs=*) jobs_at_once=${1#*=} ;;
+  -h | --help) sed -n '3,15p' "$0"; exit 0 ;;
   *) echo "fuzz.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
 case "$seconds" in '' | *[!0-9]*) echo "fuzz.sh: --seconds wants a whole number" >&2; exit 2 ;; esac
+case "$jobs_at_once" in '' | 0 | *[!0-9]*) echo "fuzz.sh: --jobs wants a number >= 1" >&2; exit 2 ;; esac
 
 export CC=${CC:-clang} CXX=${CXX:-clang++}
 if ! command -v "$CC" >/dev/null; then
@@ -36,7 +41,7 @@ if ! command -v "$CC" >/dev/null; then
 fi
 read -r -a setup_args <<<"${PAPCCL_SETUP_ARGS:-}"
 opts=(-Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized
-  -Dcuda=disabled -Dtests=false -Dperf=false)
+  -Dcuda=disabled -Dtests=disabled -Dperf=false)
 start=$(date +%s)
 if [ -f "$BUILD/build.ninja" ]; then
   meson configure "$BUILD" "${opts[@]}" >/dev/null
@@ -55,40 +60,63 @@ if [ -z "$targets" ]; then
 fi
 # shellcheck disable=SC2086
 ninja -C "$BUILD" "${jobs[@]}" $targets
-echo "fuzz.sh: built in $(($(date +%s) - start)) s; each fuzzer runs ${seconds} s"
+echo "fuzz.sh: built in $(($(date +%s) - start)) s; each fuzzer runs ${seconds} s, $jobs_at_once at once"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
 work=$BUILD/fuzz-runs
-failed=0
-summary=()
-for t in $targets; do
+
+# fuzz_one TARGET: runs one fuzzer on a copy of its corpus and writes its summary line to
+# $work/NAME/result (first word: ok or FAILED).
+fuzz_one() {
+  local t=$1 name dir log rc=0 execs cov artifact result what
   name=${t#tests/fuzz/fuzz_}
-  if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " == *" $name "* ]]; then continue; fi
   dir=$work/$name
   rm -rf "$dir"
   mkdir -p "$dir/corpus"
   if [ -d "tests/fuzz/corpus/$name" ]; then cp -r "tests/fuzz/corpus/$name/." "$dir/corpus/"; fi
   log=$dir/log.txt
   echo "fuzz.sh: running $name for ${seconds} s"
-  rc=0
   # -timeout: one input may take 10 s (the slowest seed takes milliseconds); -rss_limit_mb: a
   # parser that allocates without bound shows as oom-*. The outer timeout catches a hang in
   # libFuzzer itself.
   timeout --kill-after=10 $((seconds + 60)) "$BUILD/$t" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 -artifact_prefix="$dir/" \
     "$dir/corpus" >"$log" 2>&1 || rc=$?
-  execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
-  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
+  execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1 || true)
+  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}' || true)
   artifact=$(find "$dir" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'slow-unit-*' \) | head -1)
   if [ "$rc" = 0 ] && [ -z "$artifact" ]; then
     result=ok
   else
-    failed=1
     what=$(grep -m1 -oE 'ERROR: (AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|libFuzzer): [a-zA-Z -]+|runtime error: .*' "$log" || true)
     result="FAILED (exit $rc${what:+: $what}${artifact:+; input $artifact}; log $log)"
   fi
-  summary+=("$(printf '%-16s execs %-10s cov %-6s %s' "$name" "${execs:-?}" "${cov:-?}" "$result")")
+  printf '%-16s execs %-10s cov %-6s %s\n' "$name" "${execs:-?}" "${cov:-?}" "$result" >"$dir/result"
+}
+
+# Each fuzzer is one thread: run as many at once as there are cores (--jobs), each still
+# for the full number of seconds on a core of its own.
+names=()
+running=0
+for t in $targets; do
+  name=${t#tests/fuzz/fuzz_}
+  if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " == *" $name "* ]]; then continue; fi
+  names+=("$name")
+  if [ "$running" -ge "$jobs_at_once" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait || true
+failed=0
+summary=()
+for name in "${names[@]}"; do
+  line=$(cat "$work/$name/result" 2>/dev/null || printf '%-16s FAILED (no result)' "$name")
+  summary+=("$line")
+  case "$line" in *" ok") ;; *) failed=1 ;; esac
 done
 echo "fuzz.sh: done in $(($(date +%s) - start)) s"
 for l in "${summary[@]}"; do echo "fuzz: $l"; done

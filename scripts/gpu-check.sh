@@ -22,7 +22,7 @@ log "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version,memor
 log "nvcc: $(nvcc --version | tail -1)"
 MESON="meson"
 command -v meson >/dev/null || MESON="python3 -m mesonbuild.mesonmain"
-$MESON setup "$B" -Dgpu_archs="$ARCH" -Dtests=false -Dbuildtype=release -Ducx=disabled -Dverbs=disabled >"$OUTDIR/setup.log" 2>&1
+$MESON setup "$B" -Dgpu_archs="$ARCH" -Dtests=disabled -Dbuildtype=release -Ducx=disabled -Dverbs=disabled >"$OUTDIR/setup.log" 2>&1
 t0=$(date +%s)
 ninja -C "$B" >"$OUTDIR/build.log" 2>&1
 log "library + perf built for sm_$ARCH in $(( $(date +%s) - t0 )) s"

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The whole check, as CI runs it: dependencies, build + tests (soak, leaks and valgrind
-# included), an ASan/UBSan build + tests, a TSan build + tests, the fuzzers for a bounded
-# time, and the clang-format check. One summary line per stage; exits non-zero if any failed.
+# The project's check in two tiers, one stage after another, one summary line per stage with
+# its seconds, and the total.
 #
-# usage: scripts/test.sh [--skip-deps] [--skip-asan] [--skip-tsan] [--skip-fuzz]
+# Landing tier (the default; what .ci/run runs, at most 40 minutes on a 2-core machine):
+#   deps, build (warnings are errors), test (every suite but soak and valgrind),
+#   asan-build + asan-test (ASan+UBSan, every suite but soak), tsan-build + tsan-test
+#   (ThreadSanitizer, the suite 'concurrency'), fuzz (every fuzzer 15 s; the corpus replay
+#   runs in every test stage), format.
+# Full tier (--full, nightly): the same stages with every suite in every build (soak and
+#   valgrind included, TSan of every suite) and every fuzzer 60 s.
+#
+# usage: scripts/test.sh [--full] [--skip-deps] [--skip-asan] [--skip-tsan] [--skip-fuzz]
 #                        [--skip-format] [--format=check|warn]
 # environment (same effect as the flags):
-#   PAPCCL_SKIP_DEPS=1, PAPCCL_SKIP_ASAN=1, PAPCCL_SKIP_TSAN=1, PAPCCL_SKIP_FUZZ=1,
-#   PAPCCL_SKIP_FORMAT=1,
-#   PAPCCL_FUZZ_SECONDS=N           seconds each fuzzer runs (default 60)
+#   PAPCCL_TIER=landing|full, PAPCCL_SKIP_DEPS=1, PAPCCL_SKIP_ASAN=1, PAPCCL_SKIP_TSAN=1,
+#   PAPCCL_SKIP_FUZZ=1, PAPCCL_SKIP_FORMAT=1,
+#   PAPCCL_FUZZ_SECONDS=N           seconds each fuzzer runs (default 15, full tier 60)
 #   PAPCCL_FORMAT=check|warn|skip   warn: report unformatted files but do not fail
 #   PAPCCL_JOBS=N                   parallel compile jobs (default: ninja's choice)
 #   PAPCCL_SETUP_ARGS="..."         extra `meson setup` options for every build
@@ -26,6 +33,7 @@ TSAN_BUILD=build-tsan
 # once `clang-format -i` has been run over the tree.
 FORMAT_DEFAULT=check
 
+tier=${PAPCCL_TIER:-landing}
 skip_deps=${PAPCCL_SKIP_DEPS:-0}
 skip_asan=${PAPCCL_SKIP_ASAN:-0}
 skip_tsan=${PAPCCL_SKIP_TSAN:-0}
@@ -34,6 +42,7 @@ format_mode=${PAPCCL_FORMAT:-$FORMAT_DEFAULT}
 [ "${PAPCCL_SKIP_FORMAT:-0}" = 1 ] && format_mode=skip
 for arg in "$@"; do
   case "$arg" in
+  --full) tier=full ;;
   --skip-deps) skip_deps=1 ;;
   --skip-asan) skip_asan=1 ;;
   --skip-tsan) skip_tsan=1 ;;
@@ -41,7 +50,7 @@ for arg in "$@"; do
   --skip-format) format_mode=skip ;;
   --format=*) format_mode=${arg#--format=} ;;
   -h | --help)
-    sed -n '3,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '3,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -50,6 +59,29 @@ for arg in "$@"; do
     ;;
   esac
 done
+case "$tier" in
+landing | full) ;;
+*)
+  echo "test.sh: PAPCCL_TIER wants landing or full, got '$tier'" >&2
+  exit 2
+  ;;
+esac
+# What each tier leaves out (meson test --no-suite), and the fuzzers' seconds.
+if [ "$tier" = full ]; then
+  plain_skip=()
+  asan_skip=()
+  tsan_only=()
+  tsan_perf=true
+  fuzz_seconds=${PAPCCL_FUZZ_SECONDS:-60}
+else
+  plain_skip=(--no-suite soak --no-suite valgrind)
+  asan_skip=(--no-suite soak)
+  tsan_only=(--suite concurrency)
+  tsan_perf=false # the concurrency suite runs no perf binary
+  fuzz_seconds=${PAPCCL_FUZZ_SECONDS:-15}
+fi
+# The landing tier must finish within 40 minutes on CI's 2-core machine: warn past 35.
+landing_warn_s=2100
 case "$format_mode" in
 check | warn | skip) ;;
 *)
@@ -59,6 +91,8 @@ check | warn | skip) ;;
 esac
 
 read -r -a setup_args <<<"${PAPCCL_SETUP_ARGS:-}"
+# Every build of the check treats a compiler warning as an error.
+setup_args=(-Dwerror=true "${setup_args[@]}")
 # As root (CI), the between-hosts tests must run with hosts as network namespaces: a
 # machine that cannot make them fails those tests rather than skipping them.
 if [ "$(id -u)" = 0 ]; then export PAPCCL_TEST_NETNS=${PAPCCL_TEST_NETNS:-require}; fi
@@ -97,13 +131,14 @@ skipped() { # skipped NAME WHY
   echo "=== $1: skipped ($2)"
 }
 
-# setup_dir DIR OPTIONS...: configures DIR once; later runs reuse it (ninja re-runs meson
-# when a meson.build changes).
+# setup_dir DIR OPTIONS...: configures DIR once; later runs reuse it with these options
+# (ninja re-runs meson when a meson.build changes).
 setup_dir() {
   local dir=$1
   shift
   if [ -f "$dir/build.ninja" ]; then
     echo "reusing $dir/"
+    meson configure "$dir" "$@" "${setup_args[@]}" >/dev/null
   elif [ -f "$dir/meson-private/coredata.dat" ]; then
     meson setup --wipe "$dir" "$@" "${setup_args[@]}" # an earlier configure did not finish
   else
@@ -118,35 +153,53 @@ do_build() {
   meson compile -C "$BUILD" "${compile_args[@]}"
 }
 
-do_test() { meson test -C "$BUILD" --print-errorlogs; }
+# slowest DIR: where the test stage spent its time (read from meson's log).
+slowest() { python3 scripts/slowest.py "$1" 10 || true; }
 
+do_test() {
+  local rc=0
+  meson test -C "$BUILD" --print-errorlogs "${plain_skip[@]}" || rc=$?
+  slowest "$BUILD"
+  return $rc
+}
+
+# The sanitizer builds carry line tables only (-g1): their reports name every frame's file
+# and line, and compiling takes far less time than with full debug information.
 do_asan_build() {
   setup_dir "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dbuildtype=debugoptimized -Dcuda="${PAPCCL_ASAN_CUDA:-disabled}" || return
+    -Dbuildtype=debugoptimized -Dc_args=-g1 -Dcpp_args=-g1 \
+    -Dcuda="${PAPCCL_ASAN_CUDA:-disabled}" || return
   meson compile -C "$ASAN_BUILD" "${compile_args[@]}"
 }
 
 do_asan_test() {
-  local lsan=""
+  local lsan="" rc=0
   [ -f tests/lsan.supp ] && lsan="suppressions=$ROOT/tests/lsan.supp"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS=$lsan \
-    meson test -C "$ASAN_BUILD" --print-errorlogs --timeout-multiplier 3
+    meson test -C "$ASAN_BUILD" --print-errorlogs --timeout-multiplier 3 "${asan_skip[@]}" ||
+    rc=$?
+  slowest "$ASAN_BUILD"
+  return $rc
 }
 
 do_tsan_build() {
   setup_dir "$TSAN_BUILD" -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized \
-    -Dcuda=disabled || return
+    -Dc_args=-g1 -Dcpp_args=-g1 -Dcuda=disabled -Dperf="$tsan_perf" || return
   meson compile -C "$TSAN_BUILD" "${compile_args[@]}"
 }
 
 do_tsan_test() {
+  local rc=0
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan.supp" \
-    meson test -C "$TSAN_BUILD" --print-errorlogs --timeout-multiplier 3
+    meson test -C "$TSAN_BUILD" --print-errorlogs --timeout-multiplier 3 "${tsan_only[@]}" ||
+    rc=$?
+  slowest "$TSAN_BUILD"
+  return $rc
 }
 
-do_fuzz() { scripts/fuzz.sh --seconds "${PAPCCL_FUZZ_SECONDS:-60}"; }
+do_fuzz() { scripts/fuzz.sh --seconds "$fuzz_seconds"; }
 
 do_format() {
   local cf
@@ -196,9 +249,15 @@ do_format() {
 }
 
 print_summary() {
+  local total=$((SECONDS - start))
   echo
-  echo "=== summary ($((SECONDS - start)) s)"
+  echo "=== summary: $tier tier"
   [ ${#summary[@]} -eq 0 ] || printf '%s\n' "${summary[@]}"
+  printf '%-28s %5d s (%d min %02d s)\n' total "$total" $((total / 60)) $((total % 60))
+  if [ "$tier" = landing ] && [ "$total" -gt "$landing_warn_s" ]; then
+    echo "WARNING: the landing tier took more than $((landing_warn_s / 60)) minutes; CI allows 40:"
+    echo "         make the slowest tests above cheaper or move them to the full tier"
+  fi
 }
 # A CI timeout or ^C still shows how far the run got.
 on_interrupt() {

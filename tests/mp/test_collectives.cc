@@ -15,13 +15,17 @@
 namespace papt {
 namespace {
 
-// The large count spans several pipeline chunks (256 KiB). Under ThreadSanitizer, which
-// instruments every load and store, 1000003 elements take 1.5 minutes per 2-rank case and add
-// volume, not interleavings: there it is 100003 (400 KB of float), still over one chunk.
-#if PAPT_TSAN
+// The large count spans several pipeline chunks. Under a sanitizer, which checks every load
+// and store (ThreadSanitizer: 1.5 minutes per 2-rank case at 1000003 elements; ASan+UBSan:
+// 69 s for the threads shard), the volume adds checks of the same code, not new paths or
+// interleavings: there it is 100003 elements (400 KB of float) in 32 KiB chunks, so that it
+// still spans about as many chunks as 1000003 elements in the default 256 KiB chunks.
+#if PAPT_TSAN || PAPT_ASAN
 const size_t kBig = 100003;
+const char* const kBigChunk = "32768";
 #else
 const size_t kBig = 1000003;
+const char* const kBigChunk = nullptr;  // the default chunk
 #endif
 const std::vector<size_t> kCounts = {0, 1, 7, kBig};
 
@@ -136,6 +140,7 @@ TEST_F(Collectives, LargeCountFewTypes) {
       {Coll::kReduceScatter, papcclFloat64, Op::kPreMulSum, false},
       {Coll::kReduce, papcclUint8, Op::kProd, true},
   };
+  ScopedEnv chunk("PAPCCL_CHUNK_SIZE", kBigChunk);
   RunRanks(Mode::kThreads, 3, [&](Rank& rk) {
     uint32_t seed = 500;
     for (const Big& b : cases) {
@@ -168,6 +173,7 @@ TEST_P(CountsRanks, EveryCollective) {
   const Mode mode = std::get<0>(GetParam());
   const int n = std::get<1>(GetParam());
   const size_t count = std::get<2>(GetParam());
+  ScopedEnv chunk("PAPCCL_CHUNK_SIZE", count == kBig ? kBigChunk : nullptr);
   RunRanks(mode, n, [&](Rank& rk) {
     uint32_t seed = 1000 + (uint32_t)count;
     for (Coll coll : kAllColls) {

@@ -65,10 +65,11 @@ std::string TraceFile(int n) {
 using PapParam = std::tuple<int, Mode, std::string>;
 class PapPatterns : public Pap, public ::testing::WithParamInterface<PapParam> {};
 
-// The large count and the chunk that cuts each rank's block of it into several chunks. Under
-// ThreadSanitizer, which instruments every load and store, the 4 MB vectors take minutes per
-// case and add volume, not interleavings: there a tenth of it, in proportionally smaller chunks.
-#if PAPT_TSAN
+// The large count and the chunk that cuts each rank's block of it into several chunks. Under a
+// sanitizer, which checks every load and store, the 4 MB vectors take minutes per case
+// (ASan+UBSan: 136 s for the ac2s shard) and add volume, not paths or interleavings: there a
+// tenth of it, in proportionally smaller chunks.
+#if PAPT_TSAN || PAPT_ASAN
 constexpr size_t kBig = 100003;
 constexpr const char* kBigChunk = "8192";
 #else
