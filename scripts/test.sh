@@ -4,12 +4,13 @@
 # its seconds, and the total.
 #
 # Landing tier (the default; what .ci/run runs, at most 40 minutes on a 2-core machine):
-#   deps, build (warnings are errors), test (every suite but soak and valgrind),
+#   deps, build (warnings are errors), test (every suite but soak and valgrind; the matrix
+#   tests run a pairwise covering of their axes, PAPCCL_TEST_MATRIX=pairwise),
 #   asan-build + asan-test (ASan+UBSan, every suite but soak), tsan-build + tsan-test
 #   (ThreadSanitizer, the suite 'concurrency'), fuzz (every fuzzer 15 s; the corpus replay
 #   runs in every test stage), format.
 # Full tier (--full, nightly): the same stages with every suite in every build (soak and
-#   valgrind included, TSan of every suite) and every fuzzer 60 s.
+#   valgrind included, TSan of every suite), the full matrices and every fuzzer 60 s.
 #
 # usage: scripts/test.sh [--full] [--skip-deps] [--skip-asan] [--skip-tsan] [--skip-fuzz]
 #                        [--skip-format] [--format=check|warn]
@@ -50,7 +51,7 @@ for arg in "$@"; do
   --skip-format) format_mode=skip ;;
   --format=*) format_mode=${arg#--format=} ;;
   -h | --help)
-    sed -n '3,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '3,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -68,12 +69,15 @@ landing | full) ;;
 esac
 # What each tier leaves out (meson test --no-suite), and the fuzzers' seconds.
 if [ "$tier" = full ]; then
+  export PAPCCL_TEST_MATRIX=${PAPCCL_TEST_MATRIX:-full}
   plain_skip=()
   asan_skip=()
   tsan_only=()
   tsan_perf=true
   fuzz_seconds=${PAPCCL_FUZZ_SECONDS:-60}
 else
+  # The matrix tests run a pairwise covering of their axes (tests/mp/harness.h, FullMatrix).
+  export PAPCCL_TEST_MATRIX=${PAPCCL_TEST_MATRIX:-pairwise}
   plain_skip=(--no-suite soak --no-suite valgrind)
   asan_skip=(--no-suite soak)
   tsan_only=(--suite concurrency)

@@ -41,6 +41,15 @@ double NowS() {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+bool FullMatrix() {
+  const char* m = getenv("PAPCCL_TEST_MATRIX");
+  return m == nullptr || strcmp(m, "pairwise") != 0;
+}
+
+bool PairwiseCell3(int i, int j, int c) {
+  return FullMatrix() || (i + j) % 2 == c;
+}
+
 // ---- WARN capture -------------------------------------------------------------------------
 
 namespace {

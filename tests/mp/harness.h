@@ -154,6 +154,19 @@ void RunRanks(Mode mode, int n, const Body& body, const Options& opt = {});
 // Monotonic seconds.
 double NowS();
 
+// ---- Test matrices ---------------------------------------------------------------------------
+
+// Whether a matrix test runs its full product of axis values (PAPCCL_TEST_MATRIX unset or
+// "full": the full tier and plain `meson test`) or a pairwise covering of it ("pairwise": the
+// landing tier), in which every pair of values of any two axes still meets in some cell, so
+// that every axis value and every assertion still runs, with fewer three-way combinations.
+bool FullMatrix();
+
+// Pairwise cells of a product of small axes, by index. Two axes with a and b values and a
+// third with two values (c in {0, 1}): keep every (i, j) and give it c = (i + j) % 2; each
+// value of each axis then meets every value of the others. True when the cell runs.
+bool PairwiseCell3(int i, int j, int c);
+
 // ---- Typed buffers and references --------------------------------------------------------
 
 enum class Coll {
