@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Arrival-ordered pipelined chain allreduce (PAP design note A1): position p adds what
+/* Arrival-ordered pipelined chain allreduce (docs/PAP.md A1): position p adds what
  * position p-1 sends to its own input and forwards it to p+1; the last arriver holds the
  * result and sends it back down the chain. Chunks pipeline in both directions, so a late
  * last arriver has about one receive-reduce and one send of m left. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* PAP-aware ReduceScatter, AllGather, Broadcast and Reduce (PAP design note section 4), over
+/* PAP-aware ReduceScatter, AllGather, Broadcast and Reduce (docs/PAP.md section 4), over
  * the same commit as AC2S: op->owners[0..nE-1] arrived early (arrival order), every other
  * rank is late. The early ranks do the work that does not need the late ones; a late rank
  * is left with about one send of its data and one receive of its result. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Small-message PAP allreduce (PAP design note A3): the early set exchanges raw inputs and
+/* Small-message PAP allreduce (docs/PAP.md A3): the early set exchanges raw inputs and
  * reduces them (S'), owner 0 sends S' to each late rank, late ranks send their raw inputs to
  * everyone, and every rank adds the late inputs to S' in rank order. Every rank performs the
  * same reductions in the same order, so all ranks get the same bits. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Hierarchy across hosts: the node-leader scheme of PAP.md 3.3.
+/* Hierarchy across hosts: the node-leader scheme of docs/PAP.md 3.3.1.
  *
  * When a communicator's ranks span hosts and some host holds several of them, two inner
  * communicators are split off at init: hierLocal (the ranks of one host, over shared memory)

@@ -13,9 +13,10 @@
  * staging buffers with the host engine, and writes the done word. The stream holds
  * everything after the op until then, as NCCL's semantics require.
  *
- * Staging goes through pinned host memory for now: every transport and every PAP plan work
- * unchanged on it. Peer device memory through CUDA IPC and reductions in the GPU kernels
- * are the next step (docs/ARCHITECTURE.md, "Kernels" and "Transports"). */
+ * This staging path goes through pinned host memory: every transport and every PAP plan work
+ * unchanged on it. On a communicator with CUDA IPC, five collectives instead read peers'
+ * device arenas and reduce in GPU kernels (src/cuda/ipc.c, src/algo/ipc.c,
+ * docs/GPU-IPC.md). */
 #include "cuda/device.h"
 
 #include <stdatomic.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The selector: per size bucket, an EMA of the observed skew fed into the alpha-beta cost
- * model of the PAP design note, with hysteresis (docs/PAP-ENGINE.md section 3). */
+ * model of docs/PAP.md section 3.5, with hysteresis (docs/PAP-ENGINE.md section 3). */
 #include <math.h>
 
 #include "algo/algo.h"
@@ -44,7 +44,7 @@ static double tClassicAllReduce(const struct model* m, double bytes, int n) {
 }
 
 /* Classic time, PAP tail after the last arrival, and the early ranks' pre-work, for the
- * collectives other than AllReduce (PAP design note section 4). */
+ * collectives other than AllReduce (docs/PAP.md section 4). */
 static void modelOther(const struct model* m, int coll, double bytes, int n, double* classic,
                        double* tail, double* pre) {
   double blk = bytes / n, c = (double)papParamChunkSize();
