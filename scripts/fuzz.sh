@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
   --only) only+=("${2:?--only needs a name}"); shift ;;
   --jobs) jobs_at_once=${2:?--jobs needs a value}; shift ;;
   --jobs=*) jobs_at_once=${1#*=} ;;
-  -h | --help) sed -n '3,15p' "$0"; exit 0 ;;
+  -h | --help) sed -n '3,13p' "$0"; exit 0 ;;
   *) echo "fuzz.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -44,7 +44,7 @@ opts=(-Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=de
   -Dcuda=disabled -Dtests=disabled -Dperf=false)
 start=$(date +%s)
 if [ -f "$BUILD/build.ninja" ]; then
-  meson configure "$BUILD" "${opts[@]}" >/dev/null
+  meson setup --reconfigure "$BUILD" "${opts[@]}" "${setup_args[@]}" >/dev/null
 elif [ -f "$BUILD/meson-private/coredata.dat" ]; then
   meson setup --wipe "$BUILD" "${opts[@]}" "${setup_args[@]}"
 else

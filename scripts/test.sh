@@ -8,7 +8,7 @@
 #   tests run a pairwise covering of their axes, PAPCCL_TEST_MATRIX=pairwise),
 #   asan-build + asan-test (ASan+UBSan, every suite but soak), tsan-build + tsan-test
 #   (ThreadSanitizer, the suite 'concurrency'), fuzz (every fuzzer 15 s; the corpus replay
-#   runs in every test stage), format.
+#   runs in the plain and ASan test stages), format.
 # Full tier (--full, nightly): the same stages with every suite in every build (soak and
 #   valgrind included, TSan of every suite), the full matrices and every fuzzer 60 s.
 #
@@ -18,6 +18,8 @@
 #   PAPCCL_TIER=landing|full, PAPCCL_SKIP_DEPS=1, PAPCCL_SKIP_ASAN=1, PAPCCL_SKIP_TSAN=1,
 #   PAPCCL_SKIP_FUZZ=1, PAPCCL_SKIP_FORMAT=1,
 #   PAPCCL_FUZZ_SECONDS=N           seconds each fuzzer runs (default 15, full tier 60)
+#   PAPCCL_FUZZ_JOBS=N              fuzzers at once (default: the number of cores)
+#   PAPCCL_TEST_MATRIX=full|pairwise  overrides the tier's choice for the matrix tests
 #   PAPCCL_FORMAT=check|warn|skip   warn: report unformatted files but do not fail
 #   PAPCCL_JOBS=N                   parallel compile jobs (default: ninja's choice)
 #   PAPCCL_SETUP_ARGS="..."         extra `meson setup` options for every build
@@ -95,8 +97,9 @@ check | warn | skip) ;;
 esac
 
 read -r -a setup_args <<<"${PAPCCL_SETUP_ARGS:-}"
-# Every build of the check treats a compiler warning as an error.
-setup_args=(-Dwerror=true "${setup_args[@]}")
+# Every build of the check treats a compiler warning as an error, and must have its tests:
+# a machine without GoogleTest fails the configure instead of passing with no tests.
+setup_args=(-Dwerror=true -Dtests=enabled "${setup_args[@]}")
 # As root (CI), the between-hosts tests must run with hosts as network namespaces: a
 # machine that cannot make them fails those tests rather than skipping them.
 if [ "$(id -u)" = 0 ]; then export PAPCCL_TEST_NETNS=${PAPCCL_TEST_NETNS:-require}; fi
@@ -135,14 +138,14 @@ skipped() { # skipped NAME WHY
   echo "=== $1: skipped ($2)"
 }
 
-# setup_dir DIR OPTIONS...: configures DIR once; later runs reuse it with these options
-# (ninja re-runs meson when a meson.build changes).
+# setup_dir DIR OPTIONS...: configures DIR once; later runs reconfigure it with these options
+# (a tier may change one) and reuse what is built.
 setup_dir() {
   local dir=$1
   shift
   if [ -f "$dir/build.ninja" ]; then
     echo "reusing $dir/"
-    meson configure "$dir" "$@" "${setup_args[@]}" >/dev/null
+    meson setup --reconfigure "$dir" "$@" "${setup_args[@]}" >/dev/null
   elif [ -f "$dir/meson-private/coredata.dat" ]; then
     meson setup --wipe "$dir" "$@" "${setup_args[@]}" # an earlier configure did not finish
   else
@@ -157,28 +160,28 @@ do_build() {
   meson compile -C "$BUILD" "${compile_args[@]}"
 }
 
-# slowest DIR: where the test stage spent its time (read from meson's log).
+# slowest DIR: where the test stage spent its time (read from meson's log, which each test
+# stage removes first so that a stage that ran nothing shows nothing).
 slowest() { python3 scripts/slowest.py "$1" 10 || true; }
 
 do_test() {
   local rc=0
+  rm -f "$BUILD/meson-logs/testlog.json"
   meson test -C "$BUILD" --print-errorlogs "${plain_skip[@]}" || rc=$?
   slowest "$BUILD"
   return $rc
 }
 
-# The sanitizer builds carry line tables only (-g1): their reports name every frame's file
-# and line, and compiling takes far less time than with full debug information.
 do_asan_build() {
   setup_dir "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dbuildtype=debugoptimized -Dc_args=-g1 -Dcpp_args=-g1 \
-    -Dcuda="${PAPCCL_ASAN_CUDA:-disabled}" || return
+    -Dbuildtype=debugoptimized -Dcuda="${PAPCCL_ASAN_CUDA:-disabled}" || return
   meson compile -C "$ASAN_BUILD" "${compile_args[@]}"
 }
 
 do_asan_test() {
   local lsan="" rc=0
   [ -f tests/lsan.supp ] && lsan="suppressions=$ROOT/tests/lsan.supp"
+  rm -f "$ASAN_BUILD/meson-logs/testlog.json"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS=$lsan \
@@ -190,12 +193,13 @@ do_asan_test() {
 
 do_tsan_build() {
   setup_dir "$TSAN_BUILD" -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized \
-    -Dc_args=-g1 -Dcpp_args=-g1 -Dcuda=disabled -Dperf="$tsan_perf" || return
+    -Dcuda=disabled -Dperf="$tsan_perf" || return
   meson compile -C "$TSAN_BUILD" "${compile_args[@]}"
 }
 
 do_tsan_test() {
   local rc=0
+  rm -f "$TSAN_BUILD/meson-logs/testlog.json"
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan.supp" \
     meson test -C "$TSAN_BUILD" --print-errorlogs --timeout-multiplier 3 "${tsan_only[@]}" ||
     rc=$?
