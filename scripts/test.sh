@@ -160,17 +160,19 @@ do_build() {
   meson compile -C "$BUILD" "${compile_args[@]}"
 }
 
-# slowest DIR: where the test stage spent its time (read from meson's log, which each test
-# stage removes first so that a stage that ran nothing shows nothing).
-slowest() { python3 scripts/slowest.py "$1" 10 || true; }
-
-do_test() {
-  local rc=0
-  rm -f "$BUILD/meson-logs/testlog.json"
-  meson test -C "$BUILD" --print-errorlogs "${plain_skip[@]}" || rc=$?
-  slowest "$BUILD"
+# run_tests DIR MESON_TEST_ARGS...: runs meson test in DIR, then prints where the stage
+# spent its time (scripts/slowest.py reads meson's log, removed first so that a stage that
+# ran nothing shows nothing); returns meson test's status.
+run_tests() {
+  local dir=$1 rc=0
+  shift
+  rm -f "$dir/meson-logs/testlog.json"
+  meson test -C "$dir" --print-errorlogs "$@" || rc=$?
+  python3 scripts/slowest.py "$dir" 10 || true
   return $rc
 }
+
+do_test() { run_tests "$BUILD" "${plain_skip[@]}"; }
 
 do_asan_build() {
   setup_dir "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false \
@@ -179,16 +181,12 @@ do_asan_build() {
 }
 
 do_asan_test() {
-  local lsan="" rc=0
+  local lsan=""
   [ -f tests/lsan.supp ] && lsan="suppressions=$ROOT/tests/lsan.supp"
-  rm -f "$ASAN_BUILD/meson-logs/testlog.json"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS=$lsan \
-    meson test -C "$ASAN_BUILD" --print-errorlogs --timeout-multiplier 3 "${asan_skip[@]}" ||
-    rc=$?
-  slowest "$ASAN_BUILD"
-  return $rc
+    run_tests "$ASAN_BUILD" --timeout-multiplier 3 "${asan_skip[@]}"
 }
 
 do_tsan_build() {
@@ -198,13 +196,8 @@ do_tsan_build() {
 }
 
 do_tsan_test() {
-  local rc=0
-  rm -f "$TSAN_BUILD/meson-logs/testlog.json"
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan.supp" \
-    meson test -C "$TSAN_BUILD" --print-errorlogs --timeout-multiplier 3 "${tsan_only[@]}" ||
-    rc=$?
-  slowest "$TSAN_BUILD"
-  return $rc
+    run_tests "$TSAN_BUILD" --timeout-multiplier 3 "${tsan_only[@]}"
 }
 
 do_fuzz() { scripts/fuzz.sh --seconds "$fuzz_seconds"; }
