@@ -7,7 +7,7 @@
 #include "log.h"
 #include "param.h"
 #ifdef PAPCCL_HAVE_IB
-#include "transport/ib/ib_parts.h"
+#include "ib/ib_parts.h"
 #endif
 
 static const struct papTransportOps* const registry[] = {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The transport interface: one ops table per backend (shm today; ucx and ib later). */
+/* The transport interface: one ops table per backend (shm, ucx, ib). */
 #ifndef PAPCCL_TRANSPORT_TRANSPORT_H_
 #define PAPCCL_TRANSPORT_TRANSPORT_H_
 
@@ -26,18 +26,15 @@ struct papTransportCtx {
   const int* pids; /* [nranks]; process ids (same host only) */
   const volatile int* abortFlag; /* nonzero: give up waits */
   int64_t spinNs; /* how long a wait may poll before it sleeps (0: the CPUs are shared) */
+  size_t boardWords; /* 64-bit words of the arrival board (the same on every rank) */
 };
 
-/* A backend reads its copy of ctx->abortFlag with papSocketAborted (socket.h): papcclCommAbort
- * stores the flag from any thread while a waiter reads it, so the read must be atomic. */
+/* A backend reads its copy of ctx->abortFlag with papAborted (wait.h): papcclCommAbort stores
+ * the flag from any thread while a waiter reads it, so the read must be atomic. */
 
-/* The PAP arrival board: PAP_BOARD_SLOTS slots of 64-bit words held by the home rank (rank 0)
- * and reached only through boardAtomic/notify, so a network backend can serve it with remote
- * atomics. Slot layout (src/pap/arrival.c): word, released, rank_at[N], t_arr[N]. */
-#define PAP_BOARD_SLOTS 4
-static inline size_t papBoardWords(int nranks) {
-  return (size_t)PAP_BOARD_SLOTS * (2 + 2 * (size_t)nranks);
-}
+/* The arrival board: ctx->boardWords 64-bit words held by the home rank (rank 0) and reached
+ * only through boardAtomic/boardRead/notify, so a network backend can serve it with remote
+ * atomics. Its layout is the arrival layer's business. */
 enum papBoardOp {
   PAP_BOARD_LOAD = 0,
   PAP_BOARD_STORE,

@@ -4,14 +4,14 @@
  * the late ranks are away; a late rank then sends its buffer once and receives the result. */
 #include <string.h>
 
-#include "algo/algo.h"
+#include "algo.h"
 #include "check.h"
 #include "log.h"
 #include "param.h"
 
 struct detCtx {
   struct papEngine* e;
-  struct papOpDesc* op;
+  struct papCall* op;
   const char** leaf; /* [n] contribution of rank i for this chunk */
   int* leafStep; /* [n] step that produced it (-1: already there) */
   char** stage; /* [n] scratch for rank i's contribution / subtree result */
@@ -40,30 +40,24 @@ static int combine(struct detCtx* c, int lo, int hi, char* dst, const char** res
   return idx;
 }
 
-papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papCall* op) {
   int n = e->nranks;
   int r = e->rank;
-  int nE = op->nE;
-  const int32_t* own = op->owners;
   size_t esz = papKernTypeSize(op->dtype);
   if (n == 1) return papPlanCopyIfNeeded(e, op->recvbuff, op->sendbuff, op->count * esz);
-  int det = op->algo == PAP_ALGO_AC2S_DET;
-  int myBlock = -1;
-  for (int j = 0; j < nE; j++)
-    if (own[j] == r) myBlock = j;
+  int det = op->commit.algo == PAP_ALGO_AC2S_DET;
+  struct papCommitView v;
+  PAP_CHECK(papCommitViewInit(e, op, &v));
+  int nE = v.nE;
+  const int32_t* own = v.own;
+  int myBlock = v.myBlock;
 
-  /* Sources of my block: other owners in arrival order, then the late ranks. */
+  /* Sources of my block: the other owners in arrival order, then the late ranks. */
   int* srcs = NULL;
-  PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n * 2, (void**)&srcs));
-  int* isOwner = srcs + n;
-  memset(isOwner, 0, sizeof(int) * (size_t)n);
+  PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n, (void**)&srcs));
   int nsrc = 0;
-  for (int j = 0; j < nE; j++) {
-    isOwner[own[j]] = 1;
-    if (own[j] != r) srcs[nsrc++] = own[j];
-  }
-  for (int p = 0; p < n; p++)
-    if (!isOwner[p]) srcs[nsrc++] = p;
+  for (int s = 0; s < n; s++)
+    if (v.order[s] != r) srcs[nsrc++] = v.order[s];
 
   struct papGeom g;
   PAP_CHECK(papGeomInit(e, &g, op->sendbuff, op->recvbuff, op->count, esz, nE));
@@ -113,13 +107,10 @@ papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papOpDesc* op) {
         PLAN_OK(dc.leafStep[p]);
       }
     }
-    int u = g.unitOff[myBlock] + k;
     const char* res = NULL;
     int root = combine(&dc, 0, n, (char*)op->recvbuff + off * esz, &res);
     PLAN_OK(root < -1 ? -1 : 0);
-    g.lastW[u] = root;
-    g.lastR[u] = -1;
-    g.written[u] = 1;
+    papGeomWrote(&g, myBlock, k, root);
   }
   /* Phase B: owners hand each final chunk to everyone; everyone takes the other blocks'.
    * Within a host a final chunk is published once in the owner's staging area and every
@@ -129,13 +120,7 @@ papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papOpDesc* op) {
   if (myBlock >= 0) {
     for (int k = 0; k < papGeomChunks(&g, myBlock); k++) {
       if (stage) {
-        int u = g.unitOff[myBlock] + k;
-        size_t off, cnt;
-        papGeomUnit(&g, myBlock, k, &off, &cnt);
-        int idx = papPlanPublish(e, (char*)op->recvbuff + off * esz, cnt * esz, k % e->stageSlots,
-                                 tagBase | (uint32_t)k, n - 1, g.lastW[u]);
-        PLAN_OK(idx);
-        g.lastR[u] = idx;
+        PLAN_OK(papGeomPublish(e, &g, myBlock, k, k % e->stageSlots, tagBase | (uint32_t)k, n - 1));
         continue;
       }
       for (int d = 0; d < n; d++)
@@ -147,15 +132,8 @@ papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papOpDesc* op) {
       if (j == myBlock || k >= papGeomChunks(&g, j)) continue;
       int idx;
       if (stage) {
-        int u = g.unitOff[j] + k;
-        size_t off, cnt;
-        papGeomUnit(&g, j, k, &off, &cnt);
-        idx = papPlanFetch(e, own[j], (char*)op->recvbuff + off * esz, cnt * esz, k % e->stageSlots,
-                           tagBase | (uint32_t)k, g.lastW[u], g.lastR[u]);
+        idx = papGeomFetch(e, &g, own[j], j, k, k % e->stageSlots, tagBase | (uint32_t)k);
         PLAN_OK(idx);
-        g.lastW[u] = idx;
-        g.lastR[u] = -1;
-        g.written[u] = 1;
       } else {
         idx = papGeomRecv(e, &g, own[j], j, k);
         PLAN_OK(idx);

@@ -1,9 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Algorithm dispatch, selection and the unit tracker shared by the planners. */
-#include "algo/algo.h"
-
-#include "comm/comm.h"
-#include "pap/pap.h"
+#include "algo.h"
 
 #include <string.h>
 #include <strings.h>
@@ -50,13 +47,7 @@ enum papAlgo papAlgoFromName(const char* name) {
   return PAP_ALGO_AUTO;
 }
 
-enum papAlgo papAlgoSelectAllReduce(size_t bytes, int nranks) {
-  (void)nranks; /* the size switch alone decides today; the PAP selector will use nranks */
-  const char* force = papParamAlgo();
-  if (force) {
-    enum papAlgo a = papAlgoFromName(force);
-    if (a == PAP_ALGO_RING || a == PAP_ALGO_RHD) return a;
-  }
+enum papAlgo papAlgoClassicAllReduce(size_t bytes) {
   return bytes <= (size_t)papParamRhdMaxBytes() ? PAP_ALGO_RHD : PAP_ALGO_RING;
 }
 
@@ -65,14 +56,15 @@ papcclResult_t papPlanCopyIfNeeded(struct papEngine* e, void* dst, const void* s
   return papcclSuccess;
 }
 
-papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papAlgoPlan(struct papEngine* e, struct papCall* op, struct papChain** chainOut) {
+  *chainOut = NULL;
   papPlanBeginOp(e, op->seq);
   /* Through the ranks' device memory when the comm has it (the same on every rank). */
   if (papAlgoIpcEligible(op, e)) return papPlanIpc(e, op);
   switch (op->coll) {
   case PAP_COLL_ALLREDUCE:
-    /* op->algo was fixed at arrival: the same on every rank (src/pap/arrival.c). */
-    switch (op->algo) {
+    /* op->commit.algo was fixed at arrival: the same on every rank (the arrival layer). */
+    switch (op->commit.algo) {
     case PAP_ALGO_RHD:
       return papAllReduceRhd(e, op);
     case PAP_ALGO_AC2S:
@@ -81,22 +73,20 @@ papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op) {
     case PAP_ALGO_SMALL:
       return papAllReduceSmall(e, op);
     case PAP_ALGO_CHAIN: {
-      struct papChain* c = NULL;
-      PAP_CHECK(papAllReduceChainBegin(e, op, &c));
-      op->comm->pap->chain = c;
-      return papcclSuccess;
+      return papAllReduceChainBegin(e, op, chainOut);
     }
     default:
       return papAllReduceRing(e, op);
     }
   case PAP_COLL_BROADCAST:
-    return op->algo == PAP_ALGO_PAP ? papPlanBroadcastPap(e, op) : papPlanBroadcast(e, op);
+    return op->commit.algo == PAP_ALGO_PAP ? papPlanBroadcastPap(e, op) : papPlanBroadcast(e, op);
   case PAP_COLL_REDUCE:
-    return op->algo == PAP_ALGO_PAP ? papPlanReduceCollPap(e, op) : papPlanReduceColl(e, op);
+    return op->commit.algo == PAP_ALGO_PAP ? papPlanReduceCollPap(e, op) : papPlanReduceColl(e, op);
   case PAP_COLL_ALLGATHER:
-    return op->algo == PAP_ALGO_PAP ? papPlanAllGatherPap(e, op) : papPlanAllGather(e, op);
+    return op->commit.algo == PAP_ALGO_PAP ? papPlanAllGatherPap(e, op) : papPlanAllGather(e, op);
   case PAP_COLL_REDUCESCATTER:
-    return op->algo == PAP_ALGO_PAP ? papPlanReduceScatterPap(e, op) : papPlanReduceScatter(e, op);
+    return op->commit.algo == PAP_ALGO_PAP ? papPlanReduceScatterPap(e, op)
+                                           : papPlanReduceScatter(e, op);
   case PAP_COLL_ALLTOALL:
     return papPlanAlltoAll(e, op);
   case PAP_COLL_GATHER:
@@ -110,6 +100,52 @@ papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op) {
     PAP_WARN("internal error: unknown collective %d", op->coll);
     return papcclInternalError;
   }
+}
+
+int papAlgoArrivalOrdered(int algo) {
+  return algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET || algo == PAP_ALGO_SMALL ||
+         algo == PAP_ALGO_PAP;
+}
+
+papcclResult_t papCommitViewInit(struct papEngine* e, const struct papCall* op,
+                                 struct papCommitView* v) {
+  int n = e->nranks;
+  v->n = n;
+  v->r = e->rank;
+  int* mem = NULL;
+  PAP_CHECK(papPlanScratch(e, sizeof(int) * 5 * (size_t)n, (void**)&mem));
+  v->early = mem;
+  v->late = mem + n;
+  v->lateIdx = mem + 2 * n;
+  v->order = mem + 3 * n;
+  int32_t* ident = (int32_t*)(mem + 4 * n);
+  if (papAlgoArrivalOrdered(op->commit.algo) && op->commit.owners != NULL && op->commit.nE >= 1 &&
+      op->commit.nE <= n) {
+    v->nE = op->commit.nE;
+    v->own = op->commit.owners;
+  } else {
+    for (int p = 0; p < n; p++)
+      ident[p] = p;
+    v->nE = n;
+    v->own = ident;
+  }
+  memset(v->early, 0, sizeof(int) * (size_t)n);
+  v->myBlock = -1;
+  for (int j = 0; j < v->nE; j++) {
+    v->early[v->own[j]] = 1;
+    v->order[j] = v->own[j];
+    if (v->own[j] == v->r) v->myBlock = j;
+  }
+  v->nLate = 0;
+  for (int p = 0; p < n; p++) {
+    v->lateIdx[p] = -1;
+    if (!v->early[p]) {
+      v->lateIdx[p] = v->nLate;
+      v->order[v->nE + v->nLate] = p;
+      v->late[v->nLate++] = p;
+    }
+  }
+  return papcclSuccess;
 }
 
 papcclResult_t papGeomInit(struct papEngine* e, struct papGeom* g, const void* sendbuff,
@@ -192,6 +228,27 @@ int papGeomRecv(struct papEngine* e, struct papGeom* g, int peer, int b, int k) 
     g->lastR[u] = -1;
     g->written[u] = 1;
   }
+  return idx;
+}
+
+int papGeomPublish(struct papEngine* e, struct papGeom* g, int b, int k, int slot, uint64_t tag,
+                   int readers) {
+  int u = g->unitOff[b] + k;
+  size_t off, n;
+  papGeomUnit(g, b, k, &off, &n);
+  int idx = papPlanPublish(e, papGeomSrc(g, b, k), n * g->esz, slot, tag, readers, g->lastW[u]);
+  if (idx >= 0) g->lastR[u] = idx;
+  return idx;
+}
+
+int papGeomFetch(struct papEngine* e, struct papGeom* g, int owner, int b, int k, int slot,
+                 uint64_t tag) {
+  int u = g->unitOff[b] + k;
+  size_t off, n;
+  papGeomUnit(g, b, k, &off, &n);
+  int idx = papPlanFetch(e, owner, g->recvbuff + off * g->esz, n * g->esz, slot, tag, g->lastW[u],
+                         g->lastR[u]);
+  if (idx >= 0) papGeomWrote(g, b, k, idx);
   return idx;
 }
 

@@ -6,7 +6,51 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proxy/engine.h"
+#include "engine.h"
+#include "kernels.h"
+#include "papccl.h"
+
+/* The collectives a call can ask for. */
+enum papColl {
+  PAP_COLL_ALLREDUCE = 0,
+  PAP_COLL_BROADCAST,
+  PAP_COLL_REDUCE,
+  PAP_COLL_ALLGATHER,
+  PAP_COLL_REDUCESCATTER,
+  PAP_COLL_ALLTOALL,
+  PAP_COLL_GATHER,
+  PAP_COLL_SCATTER,
+  PAP_COLL_SEND,
+  PAP_COLL_RECV,
+  PAP_COLL_COUNT
+};
+
+/* The plan choice every rank agrees on before planning (the arrival layer fills it; for a
+ * classic plan only algo is set). */
+struct papCommit {
+  int algo; /* enum papAlgo */
+  int nE; /* AC2S, small, PAP plans: early ranks (block owners) */
+  int pred; /* chain: rank at the previous arrival position, or -1 */
+  int pos; /* chain: this rank's arrival position */
+  const int32_t* owners; /* owner of block j, in arrival order: early ranks first */
+};
+
+/* One validated call, as the planners see it. */
+struct papCall {
+  int coll; /* enum papColl */
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  papcclDataType_t dtype;
+  enum papRedKind red; /* element-wise kernel op */
+  int avg; /* divide by nranks at the end */
+  int preMul; /* scale the input by scalar first */
+  unsigned char scalar[8];
+  int root; /* or peer for send/recv */
+  uint64_t seq; /* collective sequence number, or p2p message number */
+  uint64_t cseq; /* collectives: the 64-bit count of collectives before this one */
+  struct papCommit commit;
+};
 
 /* Stored in the arrival board's commit word (6 bits). */
 enum papAlgo {
@@ -33,14 +77,37 @@ enum papAlgo {
 /* A local copy step when dst and src differ (and bytes > 0). */
 papcclResult_t papPlanCopyIfNeeded(struct papEngine* e, void* dst, const void* src, size_t bytes);
 
-/* Appends the steps of op to the engine's plan. */
-papcclResult_t papAlgoPlan(struct papEngine* e, struct papOpDesc* op);
+struct papChain;
+/* Appends the steps of op to the engine's plan. An arrival-ordered chain is planned only up
+ * to this rank's successor: *chainOut then gets the part still to plan (else NULL). */
+papcclResult_t papAlgoPlan(struct papEngine* e, struct papCall* op, struct papChain** chainOut);
 
-/* The classic allreduce algorithm for bytes on nranks: PAPCCL_ALGO=ring|rhd, else by size. */
-enum papAlgo papAlgoSelectAllReduce(size_t bytes, int nranks);
+/* The classic allreduce algorithm by size (ring or recursive halving-doubling); the choice
+ * of an op's algorithm, PAPCCL_ALGO included, is the selector's (pap/select.c). */
+enum papAlgo papAlgoClassicAllReduce(size_t bytes);
 const char* papAlgoName(enum papAlgo a);
 /* PAPCCL_ALGO value to algorithm (PAP_ALGO_AUTO when unknown, after one warning). */
 enum papAlgo papAlgoFromName(const char* name);
+
+/* The one early/late view of a commit, for every planner that builds on it. For a plan in
+ * arrival order (AC2S, its deterministic form, small, the PAP plans) the early ranks are the
+ * commit's owners; for a classic plan every rank is early, in rank order. */
+struct papCommitView {
+  int n, r;
+  int nE; /* early ranks: own[0..nE-1], in arrival order */
+  const int32_t* own;
+  int* early; /* [n] 1 if early */
+  int* late; /* [nLate] the late ranks, ascending */
+  int nLate;
+  int* lateIdx; /* [n] index in late[], or -1 */
+  int* order; /* [n] the early ranks in arrival order, then the late ones */
+  int myBlock; /* this rank's index in own[], or -1 (late) */
+};
+/* Whether algo is planned over the arrival order (the commit's owners). */
+int papAlgoArrivalOrdered(int algo);
+/* Builds the view in the plan's scratch (valid until papPlanReset). */
+papcclResult_t papCommitViewInit(struct papEngine* e, const struct papCall* op,
+                                 struct papCommitView* v);
 
 /* A buffer cut into blocks, each cut into chunks ("units"). Tracks per unit the last step
  * that wrote it and the last that read it, and whether the result buffer holds it yet, so
@@ -67,49 +134,72 @@ static inline int papGeomChunks(const struct papGeom* g, int b) {
 /* Element range of unit (b, k). */
 void papGeomUnit(const struct papGeom* g, int b, int k, size_t* offElems, size_t* nElems);
 
-/* Unit operations; return the step index or -1 (plan failed). */
+/* Where unit (b, k) is read from now: the result buffer once written, else the input. */
+static inline const char* papGeomSrc(const struct papGeom* g, int b, int k) {
+  int u = g->unitOff[b] + k;
+  size_t off = g->blkOff[b] + (size_t)k * g->chunkElems;
+  return (g->written[u] ? g->recvbuff : g->sendbuff) + off * g->esz;
+}
+/* The step that last wrote unit (b, k), or -1. */
+static inline int papGeomLastWrite(const struct papGeom* g, int b, int k) {
+  return g->lastW[g->unitOff[b] + k];
+}
+/* Step idx wrote unit (b, k) into the result buffer (a step the planner made itself). */
+static inline void papGeomWrote(struct papGeom* g, int b, int k, int idx) {
+  int u = g->unitOff[b] + k;
+  g->lastW[u] = idx;
+  g->lastR[u] = -1;
+  g->written[u] = 1;
+}
+
+/* Unit operations; return the step index or -1 (plan failed). PUBLISH/FETCH as
+ * papPlanPublish/papPlanFetch, for unit (b, k) of the result buffer. */
+int papGeomPublish(struct papEngine* e, struct papGeom* g, int b, int k, int slot, uint64_t tag,
+                   int readers);
+int papGeomFetch(struct papEngine* e, struct papGeom* g, int owner, int b, int k, int slot,
+                 uint64_t tag);
 int papGeomSend(struct papEngine* e, struct papGeom* g, int peer, int b, int k);
 int papGeomRecv(struct papEngine* e, struct papGeom* g, int peer, int b, int k);
 int papGeomRecvReduce(struct papEngine* e, struct papGeom* g, int peer, int b, int k,
                       papcclDataType_t dtype, enum papRedKind red);
 
 /* Per-collective planners. */
-papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op);
-/* AC2S over op->owners[0..op->nE-1] (PAP_ALGO_AC2S or _DET in op->algo). */
-papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papAllReduceRing(struct papEngine* e, struct papCall* op);
+papcclResult_t papAllReduceRhd(struct papEngine* e, struct papCall* op);
+/* AC2S over op->commit.owners[0..op->commit.nE-1] (PAP_ALGO_AC2S or _DET in op->commit.algo). */
+papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papCall* op);
 /* AllReduce, AllGather, Broadcast, ReduceScatter and Reduce through the ranks' device arenas
  * (src/algo/ipc.c), when e->dev has them and the op qualifies (papAlgoIpcEligible: the same
  * answer on every rank). Contributions are taken early ranks first (the PAP commit). */
-int papAlgoIpcEligible(const struct papOpDesc* op, const struct papEngine* e);
-papcclResult_t papPlanIpc(struct papEngine* e, struct papOpDesc* op);
-/* Small-message variant over the same commit (early set op->owners[0..nE-1]). */
-papcclResult_t papAllReduceSmall(struct papEngine* e, struct papOpDesc* op);
+int papAlgoIpcEligible(const struct papCall* op, const struct papEngine* e);
+papcclResult_t papPlanIpc(struct papEngine* e, struct papCall* op);
+/* Small-message variant over the same commit (early set op->commit.owners[0..nE-1]). */
+papcclResult_t papAllReduceSmall(struct papEngine* e, struct papCall* op);
 
 /* Arrival-ordered chain: the rank at arrival position p reduces what p-1 sends into its own
  * input and forwards it to p+1; the last position holds the result, which flows back. The
  * first part is planned at arrival; the rest once the successor (position p+1) arrived. */
 struct papChain {
-  struct papOpDesc* op;
+  struct papCall* op;
   struct papGeom g;
   int pos; /* arrival position */
   int pred; /* rank at pos - 1, or -1 */
 };
-papcclResult_t papAllReduceChainBegin(struct papEngine* e, struct papOpDesc* op,
+papcclResult_t papAllReduceChainBegin(struct papEngine* e, struct papCall* op,
                                       struct papChain** chainOut);
 papcclResult_t papAllReduceChainFinish(struct papEngine* e, struct papChain* c, int succ);
-papcclResult_t papPlanAllGather(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papPlanReduceScatter(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papPlanBroadcast(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papPlanReduceColl(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papPlanAlltoAll(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papPlanGather(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papPlanScatter(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papPlanP2p(struct papEngine* e, struct papOpDesc* op);
-/* PAP-aware plans over the commit in op->owners[0..nE-1] (src/algo/pap_colls.c). */
-papcclResult_t papPlanReduceScatterPap(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papPlanAllGatherPap(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papPlanBroadcastPap(struct papEngine* e, struct papOpDesc* op);
-papcclResult_t papPlanReduceCollPap(struct papEngine* e, struct papOpDesc* op);
+papcclResult_t papPlanAllGather(struct papEngine* e, struct papCall* op);
+papcclResult_t papPlanReduceScatter(struct papEngine* e, struct papCall* op);
+papcclResult_t papPlanBroadcast(struct papEngine* e, struct papCall* op);
+papcclResult_t papPlanReduceColl(struct papEngine* e, struct papCall* op);
+papcclResult_t papPlanAlltoAll(struct papEngine* e, struct papCall* op);
+papcclResult_t papPlanGather(struct papEngine* e, struct papCall* op);
+papcclResult_t papPlanScatter(struct papEngine* e, struct papCall* op);
+papcclResult_t papPlanP2p(struct papEngine* e, struct papCall* op);
+/* PAP-aware plans over the commit in op->commit.owners[0..nE-1] (src/algo/pap_colls.c). */
+papcclResult_t papPlanReduceScatterPap(struct papEngine* e, struct papCall* op);
+papcclResult_t papPlanAllGatherPap(struct papEngine* e, struct papCall* op);
+papcclResult_t papPlanBroadcastPap(struct papEngine* e, struct papCall* op);
+papcclResult_t papPlanReduceCollPap(struct papEngine* e, struct papCall* op);
 
 #endif /* PAPCCL_ALGO_ALGO_H_ */

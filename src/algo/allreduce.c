@@ -2,7 +2,7 @@
 /* AllReduce plans: ring (bandwidth-optimal) and recursive halving-doubling (latency). */
 #include <string.h>
 
-#include "algo/algo.h"
+#include "algo.h"
 #include "check.h"
 #include "log.h"
 #include "param.h"
@@ -12,7 +12,7 @@
  * every t, so chunk k's next step leaves right after it was reduced, while it is still in
  * cache, and every step of the ring works at once on a different chunk. Both ends of a
  * queue enumerate (w, t) alike, so queue orders match. */
-papcclResult_t papAllReduceRing(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papAllReduceRing(struct papEngine* e, struct papCall* op) {
   int n = e->nranks;
   int r = e->rank;
   size_t esz = papKernTypeSize(op->dtype);
@@ -57,24 +57,21 @@ static int realRank(int v, int rem) {
  * recursive-doubling variant and the fold; units go through scratch (copy = recv, then a
  * reduce step), so a send never races the write of the same unit. */
 static papcclResult_t exchangeReduceAll(struct papEngine* e, struct papGeom* g, int peer,
-                                        struct papOpDesc* op, char* tmp) {
+                                        struct papCall* op, char* tmp) {
   for (int b = 0; b < g->nblocks; b++) {
     for (int k = 0; k < papGeomChunks(g, b); k++) {
-      int u = g->unitOff[b] + k;
       size_t off, cnt;
       papGeomUnit(g, b, k, &off, &cnt);
       int si = papGeomSend(e, g, peer, b, k);
       PLAN_OK(si);
       /* tmp is private to this unit, so no false dependency between units. */
-      int ri = papPlanRecv(e, peer, tmp + off * g->esz, cnt * g->esz, g->lastW[u], -1);
+      int ri =
+          papPlanRecv(e, peer, tmp + off * g->esz, cnt * g->esz, papGeomLastWrite(g, b, k), -1);
       PLAN_OK(ri);
-      const char* src = (g->written[u] ? g->recvbuff : g->sendbuff) + off * g->esz;
-      int di = papPlanReduce(e, g->recvbuff + off * g->esz, src, tmp + off * g->esz, cnt * g->esz,
-                             op->dtype, op->red, ri, si);
+      int di = papPlanReduce(e, g->recvbuff + off * g->esz, papGeomSrc(g, b, k), tmp + off * g->esz,
+                             cnt * g->esz, op->dtype, op->red, ri, si);
       PLAN_OK(di);
-      g->lastW[u] = di;
-      g->lastR[u] = -1;
-      g->written[u] = 1;
+      papGeomWrote(g, b, k, di);
     }
   }
   return papcclSuccess;
@@ -83,7 +80,7 @@ static papcclResult_t exchangeReduceAll(struct papEngine* e, struct papGeom* g, 
 /* Recursive halving (reduce-scatter) then recursive doubling (allgather), with the extra
  * ranks of a non-power-of-two count folded into their neighbours first. Small vectors skip
  * the halving and exchange whole vectors (recursive doubling): fewest steps. */
-papcclResult_t papAllReduceRhd(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papAllReduceRhd(struct papEngine* e, struct papCall* op) {
   int n = e->nranks;
   int r = e->rank;
   size_t esz = papKernTypeSize(op->dtype);

@@ -3,14 +3,14 @@
  * position p-1 sends to its own input and forwards it to p+1; the last arriver holds the
  * result and sends it back down the chain. Chunks pipeline in both directions, so a late
  * last arriver has about one receive-reduce and one send of m left. */
-#include "algo/algo.h"
+#include "algo.h"
 #include "check.h"
 #include "log.h"
 
-papcclResult_t papAllReduceChainBegin(struct papEngine* e, struct papOpDesc* op,
+papcclResult_t papAllReduceChainBegin(struct papEngine* e, struct papCall* op,
                                       struct papChain** chainOut) {
   int n = e->nranks;
-  int pos = op->arr.pos;
+  int pos = op->commit.pos;
   size_t esz = papKernTypeSize(op->dtype);
   *chainOut = NULL;
   if (n == 1) return papPlanCopyIfNeeded(e, op->recvbuff, op->sendbuff, op->count * esz);
@@ -18,7 +18,7 @@ papcclResult_t papAllReduceChainBegin(struct papEngine* e, struct papOpDesc* op,
   PAP_CHECK(papPlanScratch(e, sizeof(*c), (void**)&c));
   c->op = op;
   c->pos = pos;
-  c->pred = pos > 0 ? op->pred : -1;
+  c->pred = pos > 0 ? op->commit.pred : -1;
   PAP_CHECK(papGeomInit(e, &c->g, op->sendbuff, op->recvbuff, op->count, esz, 1));
   papPlanScanAll(e);
   int nk = papGeomChunks(&c->g, 0);

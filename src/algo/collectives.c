@@ -2,14 +2,14 @@
 /* Plans for AllGather, ReduceScatter, Broadcast, Reduce, AlltoAll, Gather, Scatter, p2p. */
 #include <string.h>
 
-#include "algo/algo.h"
+#include "algo.h"
 #include "check.h"
 #include "log.h"
 #include "param.h"
 
 /* Ring AllGather: block r starts in sendbuff; step s forwards block r-s to the next rank.
  * recvbuff is the unit tracker's buffer; the own block is sent straight from sendbuff. */
-papcclResult_t papPlanAllGather(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papPlanAllGather(struct papEngine* e, struct papCall* op) {
   int n = e->nranks, r = e->rank;
   size_t esz = papKernTypeSize(op->dtype);
   size_t blk = op->count * esz;
@@ -46,7 +46,7 @@ papcclResult_t papPlanAllGather(struct papEngine* e, struct papOpDesc* op) {
 
 /* Ring ReduceScatter: partial sums travel around the ring through a scratch buffer; the
  * last step reduces straight into recvbuff. Step s sends block r-s-1, receives r-s-2. */
-papcclResult_t papPlanReduceScatter(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papPlanReduceScatter(struct papEngine* e, struct papCall* op) {
   int n = e->nranks, r = e->rank;
   size_t esz = papKernTypeSize(op->dtype);
   size_t blk = op->count * esz;
@@ -80,7 +80,7 @@ papcclResult_t papPlanReduceScatter(struct papEngine* e, struct papOpDesc* op) {
 }
 
 /* Pipelined chain from the root: each rank forwards chunk k as soon as it has it. */
-papcclResult_t papPlanBroadcast(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papPlanBroadcast(struct papEngine* e, struct papCall* op) {
   int n = e->nranks, r = e->rank, root = op->root;
   size_t esz = papKernTypeSize(op->dtype);
   size_t bytes = op->count * esz;
@@ -109,7 +109,7 @@ papcclResult_t papPlanBroadcast(struct papEngine* e, struct papOpDesc* op) {
 
 /* Pipelined chain ending at the root: the rank after the root starts, each rank adds its
  * input to the running partial sum (in scratch) and forwards it. */
-papcclResult_t papPlanReduceColl(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papPlanReduceColl(struct papEngine* e, struct papCall* op) {
   int n = e->nranks, r = e->rank, root = op->root;
   size_t esz = papKernTypeSize(op->dtype);
   size_t bytes = op->count * esz;
@@ -133,7 +133,7 @@ papcclResult_t papPlanReduceColl(struct papEngine* e, struct papOpDesc* op) {
 
 /* Pairwise exchange: at step s send to r+s and receive from r-s; all steps are posted at
  * once (different peers use different queues). In place, the input is copied aside first. */
-papcclResult_t papPlanAlltoAll(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papPlanAlltoAll(struct papEngine* e, struct papCall* op) {
   int n = e->nranks, r = e->rank;
   size_t blk = op->count * papKernTypeSize(op->dtype);
   const char* send = (const char*)op->sendbuff;
@@ -159,7 +159,7 @@ papcclResult_t papPlanAlltoAll(struct papEngine* e, struct papOpDesc* op) {
 }
 
 /* Direct gather: every rank sends its block to the root. */
-papcclResult_t papPlanGather(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papPlanGather(struct papEngine* e, struct papCall* op) {
   int n = e->nranks, r = e->rank, root = op->root;
   size_t blk = op->count * papKernTypeSize(op->dtype);
   if (r != root) {
@@ -174,7 +174,7 @@ papcclResult_t papPlanGather(struct papEngine* e, struct papOpDesc* op) {
 }
 
 /* Direct scatter: the root sends block p to rank p. */
-papcclResult_t papPlanScatter(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papPlanScatter(struct papEngine* e, struct papCall* op) {
   int n = e->nranks, r = e->rank, root = op->root;
   size_t blk = op->count * papKernTypeSize(op->dtype);
   if (r != root) {
@@ -189,7 +189,7 @@ papcclResult_t papPlanScatter(struct papEngine* e, struct papOpDesc* op) {
 
 /* Point to point: one message; the transport streams it through its slots. A send to self
  * is matched with the receive from self as a local copy by the enqueue layer. */
-papcclResult_t papPlanP2p(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papPlanP2p(struct papEngine* e, struct papCall* op) {
   size_t bytes = op->count * papKernTypeSize(op->dtype);
   if (op->coll == PAP_COLL_SEND)
     PLAN_OK(papPlanSend(e, op->root, op->sendbuff, bytes, -1, -1));

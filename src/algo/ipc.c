@@ -17,7 +17,7 @@
  * ReduceScatter and Reduce take one stage of the same pattern (ipcOneStage). */
 #include <string.h>
 
-#include "algo/algo.h"
+#include "algo.h"
 #include "check.h"
 #include "log.h"
 
@@ -36,7 +36,7 @@ static void ipcBlock(size_t cnt, size_t esz, int nE, int j, size_t* lo, size_t* 
 
 /* Elements of one round: half an arena, shared by the n blocks of a ReduceScatter input;
  * a multiple of IPC_ALIGN bytes, so that every slice starts 16-byte aligned. */
-static size_t roundElems(const struct papEngine* e, const struct papOpDesc* op) {
+static size_t roundElems(const struct papEngine* e, const struct papCall* op) {
   size_t esz = papKernTypeSize(op->dtype);
   size_t per = op->coll == PAP_COLL_REDUCESCATTER ? (size_t)e->nranks : 1;
   if (esz == 0) return 0;
@@ -44,7 +44,7 @@ static size_t roundElems(const struct papEngine* e, const struct papOpDesc* op) 
   return e->dev.bytes / 2 / esz / per / a * a;
 }
 
-int papAlgoIpcEligible(const struct papOpDesc* op, const struct papEngine* e) {
+int papAlgoIpcEligible(const struct papCall* op, const struct papEngine* e) {
   if (e->dev.ops == NULL || e->dev.arena == NULL || op->count == 0 || op->avg || op->preMul)
     return 0;
   /* Small ops: a few device round trips cost more than staging (the same on every rank). */
@@ -63,28 +63,22 @@ int papAlgoIpcEligible(const struct papOpDesc* op, const struct papEngine* e) {
 
 /* The order in which contributions are taken: the commit's early ranks in arrival order,
  * then the others, or rank order (classic plans, deterministic mode). */
-static papcclResult_t contribOrder(struct papEngine* e, const struct papOpDesc* op, int** out) {
-  int n = e->nranks;
-  int* order = NULL;
-  PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n * 2, (void**)&order));
-  int* seen = order + n;
-  memset(seen, 0, sizeof(int) * (size_t)n);
-  int k = 0;
-  int pap = op->algo == PAP_ALGO_AC2S || op->algo == PAP_ALGO_SMALL || op->algo == PAP_ALGO_PAP;
-  for (int j = 0; pap && j < op->nE && j < n; j++) {
-    int o = op->owners[j];
-    if (o < 0 || o >= n || seen[o]) continue; /* never, from a valid commit */
-    order[k++] = o;
-    seen[o] = 1;
+static papcclResult_t contribOrder(struct papEngine* e, const struct papCall* op, int** out) {
+  struct papCommitView v;
+  if (op->commit.algo == PAP_ALGO_AC2S_DET) {
+    /* Deterministic: every element is combined in rank order. */
+    struct papCall classic = *op;
+    classic.commit.algo = PAP_ALGO_RING;
+    PAP_CHECK(papCommitViewInit(e, &classic, &v));
+  } else {
+    PAP_CHECK(papCommitViewInit(e, op, &v));
   }
-  for (int p = 0; p < n; p++)
-    if (!seen[p]) order[k++] = p;
-  *out = order;
+  *out = v.order;
   return papcclSuccess;
 }
 
 /* Whether rank c reads rank p's arena in a one-stage collective. */
-static int consumes(const struct papOpDesc* op, int c, int p) {
+static int consumes(const struct papCall* op, int c, int p) {
   if (c == p) return 0;
   switch (op->coll) {
   case PAP_COLL_ALLGATHER:
@@ -104,7 +98,7 @@ static int consumes(const struct papOpDesc* op, int c, int p) {
  * copies (or reduces, in contribution order) straight out of the producers' arenas into its
  * receive buffer and tells each producer it has read ("read"); a producer's arena is free for
  * the next round once all its consumers have read it. */
-static papcclResult_t ipcOneStage(struct papEngine* e, struct papOpDesc* op) {
+static papcclResult_t ipcOneStage(struct papEngine* e, struct papCall* op) {
   const int n = e->nranks, r = e->rank, coll = op->coll, root = op->root;
   const size_t esz = papKernTypeSize(op->dtype);
   const char* send = (const char*)op->sendbuff;
@@ -199,23 +193,17 @@ static papcclResult_t ipcOneStage(struct papEngine* e, struct papOpDesc* op) {
 
 /* AllReduce: blocks owned by the commit's early ranks (every rank, in rank order, without a
  * commit), reduced out of every rank's arena into the owner's, then copied out by all. */
-static papcclResult_t ipcAllReduce(struct papEngine* e, struct papOpDesc* op) {
+static papcclResult_t ipcAllReduce(struct papEngine* e, struct papCall* op) {
   const int n = e->nranks, r = e->rank;
   const size_t esz = papKernTypeSize(op->dtype);
   const char* send = (const char*)op->sendbuff;
   char* recv = (char*)op->recvbuff;
   /* Block owners, and the order in which each owner takes the contributions. */
-  int* own = NULL;
-  PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n, (void**)&own));
-  int nE = n;
-  int pap =
-      op->algo == PAP_ALGO_AC2S || op->algo == PAP_ALGO_AC2S_DET || op->algo == PAP_ALGO_SMALL;
-  if (pap) nE = op->nE;
-  for (int j = 0; j < nE; j++)
-    own[j] = pap ? op->owners[j] : j;
-  int myBlock = -1;
-  for (int j = 0; j < nE; j++)
-    if (own[j] == r) myBlock = j;
+  struct papCommitView v;
+  PAP_CHECK(papCommitViewInit(e, op, &v));
+  const int nE = v.nE;
+  const int32_t* own = v.own;
+  const int myBlock = v.myBlock;
   int* order = NULL;
   PAP_CHECK(contribOrder(e, op, &order));
   /* Step indices kept per round. */
@@ -300,7 +288,7 @@ static papcclResult_t ipcAllReduce(struct papEngine* e, struct papOpDesc* op) {
   return papcclSuccess;
 }
 
-papcclResult_t papPlanIpc(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papPlanIpc(struct papEngine* e, struct papCall* op) {
   /* On one rank each of the five is a copy. */
   if (e->nranks == 1) {
     size_t bytes = op->count * papKernTypeSize(op->dtype);

@@ -1,62 +1,26 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* PAP-aware ReduceScatter, AllGather, Broadcast and Reduce (docs/PAP.md section 4), over
- * the same commit as AC2S: op->owners[0..nE-1] arrived early (arrival order), every other
+ * the same commit as AC2S: op->commit.owners[0..nE-1] arrived early (arrival order), every other
  * rank is late. The early ranks do the work that does not need the late ones; a late rank
  * is left with about one send of its data and one receive of its result. */
 #include <string.h>
 
-#include "algo/algo.h"
+#include "algo.h"
 #include "check.h"
 #include "log.h"
 #include "param.h"
-
-/* Per-plan view of the commit: early flags, late ranks in rank order. */
-struct commitView {
-  int n, r, nE;
-  const int32_t* own;
-  int* early; /* [n] 1 if early */
-  int* late; /* [nLate] late ranks ascending */
-  int nLate;
-  int* lateIdx; /* [n] index in late[], or -1 */
-};
-
-static papcclResult_t viewInit(struct papEngine* e, const struct papOpDesc* op,
-                               struct commitView* v) {
-  int n = e->nranks;
-  v->n = n;
-  v->r = e->rank;
-  v->nE = op->nE;
-  v->own = op->owners;
-  int* mem = NULL;
-  PAP_CHECK(papPlanScratch(e, sizeof(int) * 3 * (size_t)n, (void**)&mem));
-  v->early = mem;
-  v->late = mem + n;
-  v->lateIdx = mem + 2 * n;
-  memset(v->early, 0, sizeof(int) * (size_t)n);
-  for (int j = 0; j < v->nE; j++)
-    v->early[v->own[j]] = 1;
-  v->nLate = 0;
-  for (int p = 0; p < n; p++) {
-    v->lateIdx[p] = -1;
-    if (!v->early[p]) {
-      v->lateIdx[p] = v->nLate;
-      v->late[v->nLate++] = p;
-    }
-  }
-  return papcclSuccess;
-}
 
 /* ---- ReduceScatter ------------------------------------------------------------------------ */
 
 /* Block j is reduced at j when j is early, else at a proxy early rank, which hands the
  * partial (every contribution but j's own) to j when it arrives. */
-static int rsDest(const struct commitView* v, int j) {
+static int rsDest(const struct papCommitView* v, int j) {
   return v->early[j] ? j : v->own[v->lateIdx[j] % v->nE];
 }
 
-papcclResult_t papPlanReduceScatterPap(struct papEngine* e, struct papOpDesc* op) {
-  struct commitView v;
-  PAP_CHECK(viewInit(e, op, &v));
+papcclResult_t papPlanReduceScatterPap(struct papEngine* e, struct papCall* op) {
+  struct papCommitView v;
+  PAP_CHECK(papCommitViewInit(e, op, &v));
   int n = v.n, r = v.r;
   size_t esz = papKernTypeSize(op->dtype);
   size_t blk = op->count * esz;
@@ -78,13 +42,8 @@ papcclResult_t papPlanReduceScatterPap(struct papEngine* e, struct papOpDesc* op
   }
   /* Blocks reduced here: my own (early) and the late blocks I proxy. Sources: everyone but
    * me (my contribution is the base) and the block's owner; early ones first. */
-  int* order = NULL;
-  PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n, (void**)&order));
-  int nOrder = 0;
-  for (int i = 0; i < v.nE; i++)
-    order[nOrder++] = v.own[i];
-  for (int i = 0; i < v.nLate; i++)
-    order[nOrder++] = v.late[i];
+  const int* order = v.order;
+  int nOrder = n;
   struct papGeom* acc = NULL;
   PAP_CHECK(papPlanScratch(e, sizeof(struct papGeom) * (size_t)n, (void**)&acc));
   for (int j = 0; j < n; j++) {
@@ -137,9 +96,9 @@ static size_t chunkElems(size_t esz) {
   return c ? c : 1;
 }
 
-papcclResult_t papPlanAllGatherPap(struct papEngine* e, struct papOpDesc* op) {
-  struct commitView v;
-  PAP_CHECK(viewInit(e, op, &v));
+papcclResult_t papPlanAllGatherPap(struct papEngine* e, struct papCall* op) {
+  struct papCommitView v;
+  PAP_CHECK(papCommitViewInit(e, op, &v));
   int n = v.n, r = v.r, nE = v.nE;
   size_t esz = papKernTypeSize(op->dtype);
   size_t blk = op->count * esz;
@@ -239,9 +198,9 @@ papcclResult_t papPlanAllGatherPap(struct papEngine* e, struct papOpDesc* op) {
 /* A chain through the root and then the early ranks in arrival order; each late rank is a
  * leaf fed by one holder of that chain (round robin over the non-root holders), so it only
  * receives once it arrives, and no early rank waits for it. */
-papcclResult_t papPlanBroadcastPap(struct papEngine* e, struct papOpDesc* op) {
-  struct commitView v;
-  PAP_CHECK(viewInit(e, op, &v));
+papcclResult_t papPlanBroadcastPap(struct papEngine* e, struct papCall* op) {
+  struct papCommitView v;
+  PAP_CHECK(papCommitViewInit(e, op, &v));
   int n = v.n, r = v.r, root = op->root;
   size_t esz = papKernTypeSize(op->dtype);
   size_t bytes = op->count * esz;
@@ -297,9 +256,9 @@ papcclResult_t papPlanBroadcastPap(struct papEngine* e, struct papOpDesc* op) {
 /* The early non-root ranks reduce along a chain in arrival order while the late ones are
  * away and ship the partial to the root; late non-root ranks send their input to the root,
  * which adds everything (partial first, late inputs in rank order). */
-papcclResult_t papPlanReduceCollPap(struct papEngine* e, struct papOpDesc* op) {
-  struct commitView v;
-  PAP_CHECK(viewInit(e, op, &v));
+papcclResult_t papPlanReduceCollPap(struct papEngine* e, struct papCall* op) {
+  struct papCommitView v;
+  PAP_CHECK(papCommitViewInit(e, op, &v));
   int n = v.n, r = v.r, root = op->root;
   size_t esz = papKernTypeSize(op->dtype);
   papPlanScanAll(e);

@@ -5,22 +5,20 @@
  * same reductions in the same order, so all ranks get the same bits. */
 #include <string.h>
 
-#include "algo/algo.h"
+#include "algo.h"
 #include "check.h"
 #include "log.h"
 
-papcclResult_t papAllReduceSmall(struct papEngine* e, struct papOpDesc* op) {
+papcclResult_t papAllReduceSmall(struct papEngine* e, struct papCall* op) {
   int n = e->nranks;
   int r = e->rank;
-  int nE = op->nE;
-  const int32_t* own = op->owners;
   size_t bytes = op->count * papKernTypeSize(op->dtype);
   if (n == 1) return papPlanCopyIfNeeded(e, op->recvbuff, op->sendbuff, bytes);
-  int* early = NULL;
-  PAP_CHECK(papPlanScratch(e, sizeof(int) * (size_t)n, (void**)&early));
-  memset(early, 0, sizeof(int) * (size_t)n);
-  for (int j = 0; j < nE; j++)
-    early[own[j]] = 1;
+  struct papCommitView v;
+  PAP_CHECK(papCommitViewInit(e, op, &v));
+  const int* early = v.early;
+  const int nE = v.nE;
+  const int32_t* own = v.own;
   char* x = NULL; /* x + p * bytes: rank p's input */
   PAP_CHECK(papPlanScratch(e, bytes * (size_t)n + 64, (void**)&x));
   char* mine = x + (size_t)r * bytes;

@@ -422,7 +422,7 @@ static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, uint64_t deadlineN
   papSocketAddrToString(&bs->listenAddr, lstr, sizeof(lstr));
   for (;;) {
     uint64_t now = papNowNs();
-    if (papSocketAborted(bs->abortFlag)) {
+    if (papAborted(bs->abortFlag)) {
       PAP_WARN("bootstrap rank %d: aborted while waiting for rank %d (prev) to connect to %s",
                bs->rank, prev, lstr);
       goto out;

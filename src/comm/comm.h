@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* struct papComm: the communicator, its lifecycle state and its progress engine. */
+/* struct papComm: the communicator's state, shared by the layers above the algorithms (its
+ * lifecycle is in the API layer). */
 #ifndef PAPCCL_COMM_COMM_H_
 #define PAPCCL_COMM_COMM_H_
 
@@ -7,9 +8,11 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "engine.h"
+#include "op.h"
 #include "papccl.h"
-#include "proxy/engine.h"
-#include "transport/transport.h"
+#include "transport.h"
+#include "wait.h"
 
 #define PAP_COMM_MAGIC 0x706170636f6d6d31ull /* "papcomm1" */
 #define PAP_COMM_DEAD 0x64656164d4d4f43ull
@@ -63,9 +66,9 @@ struct papComm {
 
   struct papEngine engine; /* the plan being executed; owned by the progress-lock holder */
   struct papPapState* pap; /* arrival statistics and selector; same owner */
-  struct papDevState* dev; /* device-buffer state (src/cuda/device.c), created on first use */
+  struct papDevState* dev; /* device-buffer state (the CUDA layer), created on first use */
   pthread_mutex_t devLock; /* guards dev's creation and its staging pool */
-  struct papIpcState* ipc; /* CUDA IPC arenas (src/cuda/ipc.c), or NULL; engine.dev uses them */
+  struct papIpcState* ipc; /* CUDA IPC arenas (the CUDA layer), or NULL; engine.dev uses them */
   pthread_mutex_t progressLock;
 
   struct papUserOp userOps[PAP_MAX_USER_OPS];
@@ -81,7 +84,7 @@ struct papComm {
   _Atomic int driving; /* threads running operations: they drive the transport meanwhile */
   int threadStop;
 
-  /* Hierarchy (src/comm/hier.c): when the ranks span hosts and some host has several, the
+  /* Hierarchy (the API layer's hier.c): when the ranks span hosts and some host has several, the
    * ranks of each host share hierLocal (shared memory) and the lowest rank of each host is
    * in hierLeaders (the network); NULL otherwise. */
   struct papComm* hierLocal;
@@ -92,34 +95,14 @@ struct papComm {
   uint64_t magicTail;
 };
 
-/* API-edge entry/exit: validates comm (not NULL, alive, not aborted), counts the call and
- * routes WARN text into comm->lastError. */
-papcclResult_t papCommEnter(struct papComm* comm, const char* fn);
-void papCommLeave(struct papComm* comm);
-
-/* Initializes a blocking or non-blocking comm shell; used by init and split. */
-papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueId* id);
-papcclResult_t papCommAllocShell(int rank, int nranks, const papcclConfig_t* config,
-                                 struct papComm** commOut);
-void papCommFreeShell(struct papComm* comm);
-/* ---- Hierarchy (hier.c) ---------------------------------------------------------------- */
-/* Collective over comm, right after its transport is up: creates hierLocal/hierLeaders when
- * the ranks span hosts and some host has more than one rank (and PAPCCL_HIER is not 0). */
-papcclResult_t papHierSetup(struct papComm* comm);
-/* Sets the abort flag of the inner communicators (before an abort waits for calls). */
-void papHierAbortFlags(struct papComm* comm);
-/* Destroys (abort: aborts) the inner communicators. */
-void papHierFree(struct papComm* comm, int abort);
-/* Collective flush of the inner communicators (papcclCommFinalize). */
-papcclResult_t papHierFinalize(struct papComm* comm);
-/* The first asynchronous error of an inner communicator, or papcclSuccess. */
-papcclResult_t papHierAsyncError(struct papComm* comm);
-
-/* Progress thread (src/proxy/progress.c). */
+/* A job for the progress thread (the enqueue layer): the ops of one non-blocking call, or
+ * work of a layer above it, which then sets run (and drop, for a job that never runs). */
 struct papJob {
   struct papJob* next;
-  int kind; /* PAP_JOB_INIT or PAP_JOB_OPS */
-  papcclUniqueId id;
+  int kind; /* PAP_JOB_* */
+  papcclResult_t (*run)(struct papComm* comm, struct papJob* job); /* NULL: run ops */
+  void (*drop)(struct papComm* comm, struct papJob* job); /* or NULL */
+  papcclUniqueId id; /* PAP_JOB_INIT */
   int nops;
   struct papOpDesc* ops;
   /* PAP_JOB_DEVICE: the stream's arrival number and the staging block the ops run on. */
@@ -127,22 +110,15 @@ struct papJob {
   struct papDevStage* stage;
 };
 enum {
-  PAP_JOB_INIT = 1,
-  PAP_JOB_OPS = 2,
-  PAP_JOB_DEVICE = 3 /* ops in stream order (src/cuda/device.c) */
+  PAP_JOB_INIT = 1, /* non-blocking init */
+  PAP_JOB_OPS = 2, /* host-buffer ops */
+  PAP_JOB_DEVICE = 3 /* ops in stream order (the CUDA layer) */
 };
-papcclResult_t papProgressStart(struct papComm* comm);
-papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job);
-void papProgressStop(struct papComm* comm);
-/* Around an operation's run. While one runs, its thread drives the transport and the
- * progress thread stays out of the backend: two threads in one UCX worker take each
- * other's events and wake each other up without end. After the last one, the progress
- * thread serves the backend again (remote atomics on rank 0's board). */
-void papProgressUserEnter(struct papComm* comm);
-void papProgressUserLeave(struct papComm* comm);
 
-/* Sleeps until the progress thread has run every queued job. */
-void papCommWaitPendingJobs(struct papComm* comm);
+/* Whether the comm was aborted (the one way to read the flag: papAborted). */
+static inline int papCommAborted(const struct papComm* comm) {
+  return papAborted((const volatile int*)&comm->abortFlag);
+}
 
 /* Records the first asynchronous error. */
 static inline void papCommSetError(struct papComm* comm, papcclResult_t res) {

@@ -221,7 +221,7 @@ void papFaultHit(enum papFaultPoint point, int rank, const volatile int* abortFl
     break;
   case FAULT_STALL:
     for (int64_t slept = 0; fire.ms < 0 || slept < fire.ms; slept += 10) {
-      if (papSocketAborted(abortFlag)) break;
+      if (papAborted(abortFlag)) break;
       sleepMs(10);
     }
     break;

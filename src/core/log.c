@@ -133,6 +133,28 @@ void papLogGetContext(int* rankOut, char** bufOut, size_t* lenOut) {
   *lenOut = tlsErrLen;
 }
 
+#define PAP_RESULT_LIST(X) \
+  X(papcclSuccess, "no error") \
+  X(papcclUnhandledCudaError, "unhandled cuda error (run with PAPCCL_DEBUG=INFO for details)") \
+  X(papcclSystemError, "unhandled system error (run with PAPCCL_DEBUG=INFO for details)") \
+  X(papcclInternalError, "internal error - please report this issue to the papccl developers") \
+  X(papcclInvalidArgument, "invalid argument (run with PAPCCL_DEBUG=WARN for details)") \
+  X(papcclInvalidUsage, "invalid usage (run with PAPCCL_DEBUG=WARN for details)") \
+  X(papcclRemoteError, "remote process exited or there was a network error") \
+  X(papcclInProgress, "papccl operation in progress")
+
+const char* papResultString(papcclResult_t result) {
+#define PAP_RESULT_CASE(code, text) \
+  case code: \
+    return text;
+  switch (result) {
+    PAP_RESULT_LIST(PAP_RESULT_CASE)
+  default:
+    return "unknown result code";
+  }
+#undef PAP_RESULT_CASE
+}
+
 const char* papLogThreadLastError(void) {
   return tlsLastError;
 }

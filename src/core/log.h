@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#include "papccl.h"
+
 enum papLogLevel {
   PAP_LOG_NONE = 0,
   PAP_LOG_VERSION = 1,
@@ -44,6 +46,8 @@ void papLogGetContext(int* rankOut, char** bufOut, size_t* lenOut);
 
 /* The last WARN text of this thread (for papcclGetLastError(NULL)). */
 const char* papLogThreadLastError(void);
+/* The text of a result code (papcclGetErrorString's). */
+const char* papResultString(papcclResult_t result);
 
 void papLogPrintf(int level, unsigned subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));

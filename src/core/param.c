@@ -77,8 +77,15 @@ PAP_PARAM_STR_LIST(PAP_PARAM_DEF_STR)
 #define PAP_PARAM_RESET(getter, env, def, doc) \
   __atomic_store_n(&getter##Valid, 0, __ATOMIC_RELEASE);
 #define PAP_PARAM_RESET_INT(getter, env, def, lo, hi, doc) PAP_PARAM_RESET(getter, env, def, doc)
+static unsigned paramGeneration;
+
+unsigned papParamGeneration(void) {
+  return __atomic_load_n(&paramGeneration, __ATOMIC_ACQUIRE);
+}
+
 void papParamReset(void) {
   pthread_mutex_lock(&paramLock);
+  __atomic_add_fetch(&paramGeneration, 1, __ATOMIC_ACQ_REL);
   PAP_PARAM_INT_LIST(PAP_PARAM_RESET_INT)
   PAP_PARAM_STR_LIST(PAP_PARAM_RESET)
   pthread_mutex_unlock(&paramLock);

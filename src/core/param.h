@@ -88,6 +88,8 @@ int papParamParseInt(const char* s, int64_t lo, int64_t hi, int64_t* valueOut);
 
 /* Forget cached values (tests that change the environment between comms). */
 void papParamReset(void);
+/* Counts papParamReset calls: a value derived from parameters is cached with it. */
+unsigned papParamGeneration(void);
 
 /* The integer parameters, for tests: count, and the i-th one's name, default and range;
  * papParamIntGet reads it (cached, as its getter does). */

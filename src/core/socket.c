@@ -42,10 +42,6 @@ const char* papSocketAddrToString(const union papSockAddr* a, char* buf, size_t 
   return buf;
 }
 
-int papSocketAborted(const volatile int* abortFlag) {
-  return abortFlag != NULL && __atomic_load_n(abortFlag, __ATOMIC_ACQUIRE) != 0;
-}
-
 uint64_t papSocketDeadline(int64_t timeoutS) {
   if (timeoutS <= 0) timeoutS = papParamTimeoutS();
   if (timeoutS <= 0 || timeoutS > (int64_t)(UINT64_MAX / 2000000000ull)) return UINT64_MAX;
@@ -209,7 +205,7 @@ static void setNoDelay(int fd) {
 /* Sleeps until wakeNs in poll slices. 0: woke; 1: deadlineNs passed; 2: *abortFlag set. */
 static int sleepUntil(uint64_t wakeNs, uint64_t deadlineNs, const volatile int* abortFlag) {
   for (;;) {
-    if (papSocketAborted(abortFlag)) return 2;
+    if (papAborted(abortFlag)) return 2;
     uint64_t now = papNowNs();
     if (now >= deadlineNs) return 1;
     if (now >= wakeNs) return 0;
@@ -321,7 +317,7 @@ papcclResult_t papSocketAccept(int listenFd, int* fdOut, union papSockAddr* peer
 papcclResult_t papSocketPoll(struct pollfd* fds, int nfds, uint64_t deadlineNs,
                              const volatile int* abortFlag, const char* what) {
   for (;;) {
-    if (papSocketAborted(abortFlag)) {
+    if (papAborted(abortFlag)) {
       PAP_WARN("aborted while %s", what);
       return papcclRemoteError;
     }

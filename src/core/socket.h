@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "papccl.h"
+#include "wait.h"
 
 /* Any address a papccl socket binds or connects to. */
 union papSockAddr {
@@ -78,8 +79,5 @@ papcclResult_t papSocketRecvAll(int fd, void* buf, size_t len, uint64_t deadline
 
 /* A deadline timeoutS seconds from now (timeoutS <= 0: PAPCCL_TIMEOUT_S). */
 uint64_t papSocketDeadline(int64_t timeoutS);
-
-/* True once *abortFlag is nonzero (NULL: never). */
-int papSocketAborted(const volatile int* abortFlag);
 
 #endif /* PAPCCL_CORE_SOCKET_H_ */

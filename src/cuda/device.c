@@ -17,21 +17,23 @@
  * unchanged on it. On a communicator with CUDA IPC, five collectives instead read peers'
  * device arenas and reduce in GPU kernels (src/cuda/ipc.c, src/algo/ipc.c,
  * docs/GPU-IPC.md). */
-#include "cuda/device.h"
+#include "device.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "algo/algo.h"
+#include "algo.h"
 #include "alloc.h"
 #include "check.h"
-#include "enqueue/enqueue.h"
+#include "enqueue.h"
 #include "futex.h"
-#include "kernels/kernels.h"
+#include "kernels.h"
 #include "log.h"
 #include "param.h"
+#include "wait.h"
 
 #ifndef PAPCCL_HAVE_CUDA
 
@@ -298,8 +300,8 @@ void papDeviceUse(int dev) {
 int papDeviceOpNeedsStream(struct papOpDesc* d) {
   if (!devContextExists()) return 0;
   /* Unified addressing: any current device can answer for any pointer. */
-  d->sendOnGpu = d->sendBytes && onGpu(d->sendbuff);
-  d->recvOnGpu = d->recvBytes && onGpu(d->recvbuff);
+  d->sendOnGpu = d->sendBytes && onGpu(d->call.sendbuff);
+  d->recvOnGpu = d->recvBytes && onGpu(d->call.recvbuff);
   return d->sendOnGpu || d->recvOnGpu;
 }
 
@@ -368,10 +370,22 @@ static papcclResult_t devStateGet(struct papComm* comm, struct papDevState** out
  * budget a new block is allocated; beyond it, the call waits for a block held by a queued
  * job to come free (backpressure, as NCCL's bounded work queues), and allocates anyway when
  * no block could ever fit. */
+/* The waits of the device path (core/wait.h): they sleep (a stream may be late by any
+ * amount), and give up with papcclRemoteError at the abort and papcclSystemError at the
+ * deadline (the streams never reached the collectives). */
+static void devWait(struct papComm* comm, const char* what, long maxSleepNs, struct papWait* w) {
+  papWaitInit(w, what, (const volatile int*)&comm->abortFlag, 1, 0, maxSleepNs);
+  w->abortRes = papcclRemoteError;
+  w->timeoutRes = papcclSystemError;
+}
+
 static papcclResult_t stageAcquire(struct papComm* comm, struct papDevState* st, size_t bytes,
                                    struct papDevStage** out) {
-  long sleepNs = 20000;
-  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  struct papWait w;
+  devWait(comm,
+          "waiting for a free staging block (the streams do not reach the collectives "
+          "already queued)",
+          1000000, &w);
   for (;;) {
     int anyBigEnough = 0;
     for (struct papDevStage* s = st->stages; s; s = s->next) {
@@ -386,20 +400,8 @@ static papcclResult_t stageAcquire(struct papComm* comm, struct papDevState* st,
       return papcclSuccess;
     }
     if (st->pinnedBytes + bytes <= DEV_STAGE_BUDGET || !anyBigEnough) break;
-    if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
-      PAP_WARN("communicator aborted while waiting for a free staging block");
-      return papcclRemoteError;
-    }
-    if (papNowNs() > deadline) {
-      PAP_WARN(
-          "no staging block came free within PAPCCL_TIMEOUT_S=%lld s (the streams do "
-          "not reach the collectives already queued)",
-          (long long)papParamTimeoutS());
-      return papcclSystemError;
-    }
-    struct timespec ts = {0, sleepNs};
-    nanosleep(&ts, NULL);
-    if (sleepNs < 1000000) sleepNs *= 2;
+    PAP_CHECK(papWaitCheck(&w, papNowNs()));
+    papWaitSleep(&w);
   }
   /* A spare block of a destroyed comm, or a new one. */
   /* The smallest fitting spare of this context (its event belongs to it too). */
@@ -527,11 +529,11 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
   size_t total = 0;
   for (int i = 0; i < nops; i++) {
     struct papOpDesc* op = &job->ops[i];
-    op->userSend = op->sendbuff;
-    op->userRecv = op->recvbuff;
+    op->userSend = op->call.sendbuff;
+    op->userRecv = op->call.recvbuff;
     /* The CUDA IPC allreduce reads and writes the user's buffers itself, in stream order:
      * no staging (engine.dev does not change after init). */
-    op->direct = papAlgoIpcEligible(op, &comm->engine);
+    op->direct = papAlgoIpcEligible(&op->call, &comm->engine);
     size_t so, ro;
     total += stageSpan(op, &so, &ro);
   }
@@ -547,37 +549,29 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
     size_t so = 0, ro = 0;
     size_t span = stageSpan(op, &so, &ro);
     if (span == 0) continue; /* nothing on the GPU: the job uses the host buffers */
-    if (op->sendOnGpu) op->sendbuff = (char*)stage->ptr + at + so;
-    if (op->recvOnGpu) op->recvbuff = (char*)stage->ptr + at + ro;
+    if (op->sendOnGpu) op->call.sendbuff = (char*)stage->ptr + at + so;
+    if (op->recvOnGpu) op->call.recvbuff = (char*)stage->ptr + at + ro;
     at += span;
     if (op->sendOnGpu) {
-      cudaError_t e = cudaMemcpyAsync((void*)op->sendbuff, op->userSend, op->sendBytes,
+      cudaError_t e = cudaMemcpyAsync((void*)op->call.sendbuff, op->userSend, op->sendBytes,
                                       cudaMemcpyDefault, stream);
       if (e != cudaSuccess) res = cudaFail("cudaMemcpyAsync of the input into staging", e);
     }
   }
   /* At most DEV_ARRIVE_SLOTS jobs in flight, so that no arrival slot is written again
    * before the progress thread has read it. */
-  long sleepNs = 20000;
-  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  struct papWait w;
+  devWait(comm,
+          "waiting for a free arrival slot (collectives queued on the streams, none "
+          "finished)",
+          1000000, &w);
   while (res == papcclSuccess &&
          st->nextSeq + 1 -
                  atomic_load_explicit((_Atomic uint64_t*)&st->words[DEV_DONE_WORD],
                                       memory_order_acquire) >=
              DEV_ARRIVE_SLOTS) {
-    if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
-      res = papcclRemoteError;
-    } else if (papNowNs() > deadline) {
-      PAP_WARN(
-          "%d collectives queued on the streams and none finished within "
-          "PAPCCL_TIMEOUT_S",
-          DEV_ARRIVE_SLOTS);
-      res = papcclSystemError;
-    } else {
-      struct timespec ts = {0, sleepNs};
-      nanosleep(&ts, NULL);
-      if (sleepNs < 1000000) sleepNs *= 2;
-    }
+    res = papWaitCheck(&w, papNowNs());
+    if (res == papcclSuccess) papWaitSleep(&w);
   }
   if (res == papcclSuccess) {
     job->devSeq = st->nextSeq + 1;
@@ -595,8 +589,8 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
   for (int i = 0; i < nops && res == papcclSuccess; i++) {
     struct papOpDesc* op = &job->ops[i];
     if (op->recvOnGpu && !op->direct) {
-      cudaError_t e =
-          cudaMemcpyAsync(op->userRecv, op->recvbuff, op->recvBytes, cudaMemcpyDefault, stream);
+      cudaError_t e = cudaMemcpyAsync(op->userRecv, op->call.recvbuff, op->recvBytes,
+                                      cudaMemcpyDefault, stream);
       if (e != cudaSuccess) res = cudaFail("enqueueing the copy of the result", e);
     }
   }
@@ -637,7 +631,7 @@ papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int 
   int err = atomic_load_explicit(&comm->asyncError, memory_order_acquire);
   if (err != papcclSuccess && err != papcclInProgress) {
     PAP_WARN("communicator (rank %d) has a pending error %d (%s); abort or destroy it", comm->rank,
-             err, papcclGetErrorString((papcclResult_t)err));
+             err, papResultString((papcclResult_t)err));
     res = (papcclResult_t)err;
   }
   if (res == papcclSuccess) res = papDeviceCheckStream(comm, (struct CUstream_st*)stream);
@@ -651,6 +645,8 @@ papcclResult_t papDeviceSubmit(struct papComm* comm, struct papOpDesc* ops, int 
   if (res == papcclSuccess) res = papCalloc(&job->ops, (size_t)nops);
   if (res == papcclSuccess) {
     job->kind = PAP_JOB_DEVICE;
+    job->run = papDeviceRunJob;
+    job->drop = papDeviceDropJob;
     job->nops = nops;
     memcpy(job->ops, ops, sizeof(*ops) * (size_t)nops);
     res = submitLocked(comm, st, job, stream, &queued);
@@ -687,25 +683,18 @@ papcclResult_t papDeviceRunJob(struct papComm* comm, struct papJob* job) {
   /* The stream may be late by any amount (that is the arrival pattern): poll briefly, then
    * sleep in growing steps up to 200 us, never burning a core. A stream that has not come
    * within PAPCCL_TIMEOUT_S is given up on, as any other wait. */
-  long sleepNs = 2000;
   int spins = 0;
   papcclResult_t res = papcclSuccess;
-  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  char what[96];
+  snprintf(what, sizeof(what), "rank %d waiting for its stream to reach collective %llu",
+           comm->rank, (unsigned long long)job->devSeq);
+  struct papWait w;
+  devWait(comm, what, 200000, &w);
   while (atomic_load_explicit(word, memory_order_acquire) != job->devSeq) {
-    if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
-      res = papcclRemoteError;
-      break;
-    }
-    if (++spins < 200) continue;
-    if (papNowNs() > deadline) {
-      PAP_WARN("rank %d: the stream did not reach collective %llu within PAPCCL_TIMEOUT_S=%lld s",
-               comm->rank, (unsigned long long)job->devSeq, (long long)papParamTimeoutS());
-      res = papcclSystemError;
-      break;
-    }
-    struct timespec ts = {0, sleepNs};
-    nanosleep(&ts, NULL);
-    if (sleepNs < 200000) sleepNs *= 2;
+    if (++spins < 200 && !papCommAborted(comm)) continue;
+    res = papWaitCheck(&w, papNowNs());
+    if (res != papcclSuccess) break;
+    papWaitSleep(&w);
   }
   if (res == papcclSuccess) {
     uint64_t now = papNowNs();

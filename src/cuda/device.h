@@ -4,7 +4,7 @@
 #ifndef PAPCCL_CUDA_DEVICE_H_
 #define PAPCCL_CUDA_DEVICE_H_
 
-#include "comm/comm.h"
+#include "comm.h"
 
 /* 1 when this process can use a GPU: a CUDA build, a driver and at least one device.
  * Decided once per process; says so in one INFO line. */

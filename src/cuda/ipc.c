@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "bootstrap/bootstrap.h"
+#include "bootstrap.h"
 #include "check.h"
-#include "cuda/device.h"
+#include "device.h"
 #include "futex.h"
 #include "log.h"
 #include "param.h"
@@ -30,7 +30,7 @@ void papIpcCommFree(struct papComm* comm) {
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/kernels.h"
+#include "kernels.h"
 
 /* What each rank tells the others at init. */
 struct ipcInfo {

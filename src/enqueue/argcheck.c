@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "enqueue/enqueue.h"
-#include "kernels/kernels.h"
+#include "enqueue.h"
+#include "kernels.h"
 #include "log.h"
 
 papcclResult_t papArgCheckType(const char* fn, papcclDataType_t dtype) {
@@ -19,31 +19,31 @@ papcclResult_t papArgCheckType(const char* fn, papcclDataType_t dtype) {
 papcclResult_t papArgCheckOp(struct papComm* comm, const char* fn, papcclRedOp_t op,
                              papcclDataType_t dtype, struct papOpDesc* d) {
   d->op = op;
-  d->avg = 0;
-  d->preMul = 0;
+  d->call.avg = 0;
+  d->call.preMul = 0;
   switch ((int)op) {
   case papcclSum:
-    d->red = PAP_RED_SUM;
+    d->call.red = PAP_RED_SUM;
     return papcclSuccess;
   case papcclProd:
-    d->red = PAP_RED_PROD;
+    d->call.red = PAP_RED_PROD;
     return papcclSuccess;
   case papcclMax:
-    d->red = PAP_RED_MAX;
+    d->call.red = PAP_RED_MAX;
     return papcclSuccess;
   case papcclMin:
-    d->red = PAP_RED_MIN;
+    d->call.red = PAP_RED_MIN;
     return papcclSuccess;
   case papcclAvg:
-    d->red = PAP_RED_SUM;
+    d->call.red = PAP_RED_SUM;
     if (dtype <= papcclUint64) {
-      d->avg = 1; /* integers: sum, then divide (truncating), as NCCL */
+      d->call.avg = 1; /* integers: sum, then divide (truncating), as NCCL */
       return papcclSuccess;
     }
     /* Floating types: each input is pre-multiplied by 1/nranks rounded to the type, then
      * summed, as NCCL does, so results match NCCL bit for bit. */
-    d->preMul = 1;
-    memset(d->scalar, 0, sizeof(d->scalar));
+    d->call.preMul = 1;
+    memset(d->call.scalar, 0, sizeof(d->call.scalar));
     {
       double inv = 1.0 / (double)comm->nranks;
       float invf = (float)inv;
@@ -52,25 +52,25 @@ papcclResult_t papArgCheckOp(struct papComm* comm, const char* fn, papcclRedOp_t
       switch (dtype) {
       case papcclFloat16:
         h = papKernFloatToHalf(invf);
-        memcpy(d->scalar, &h, sizeof(h));
+        memcpy(d->call.scalar, &h, sizeof(h));
         break;
       case papcclBfloat16:
         h = papKernFloatToBf16(invf);
-        memcpy(d->scalar, &h, sizeof(h));
+        memcpy(d->call.scalar, &h, sizeof(h));
         break;
       case papcclFloat8e4m3:
         q = papKernFloatToE4m3(invf);
-        memcpy(d->scalar, &q, sizeof(q));
+        memcpy(d->call.scalar, &q, sizeof(q));
         break;
       case papcclFloat8e5m2:
         q = papKernFloatToE5m2(invf);
-        memcpy(d->scalar, &q, sizeof(q));
+        memcpy(d->call.scalar, &q, sizeof(q));
         break;
       case papcclFloat32:
-        memcpy(d->scalar, &invf, sizeof(invf));
+        memcpy(d->call.scalar, &invf, sizeof(invf));
         break;
       default:
-        memcpy(d->scalar, &inv, sizeof(inv));
+        memcpy(d->call.scalar, &inv, sizeof(inv));
         break;
       }
     }
@@ -96,9 +96,9 @@ papcclResult_t papArgCheckOp(struct papComm* comm, const char* fn, papcclRedOp_t
              (int)u.dtype, (int)dtype);
     return papcclInvalidArgument;
   }
-  d->red = PAP_RED_SUM;
-  d->preMul = 1;
-  memcpy(d->scalar, u.scalar, sizeof(d->scalar));
+  d->call.red = PAP_RED_SUM;
+  d->call.preMul = 1;
+  memcpy(d->call.scalar, u.scalar, sizeof(d->call.scalar));
   return papcclSuccess;
 }
 

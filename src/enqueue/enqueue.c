@@ -1,48 +1,52 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Submission and execution: plans for every comm of a batch, driven together, then the
  * per-op epilogue (average division, scratch release). */
-#include "enqueue/enqueue.h"
+#include "enqueue.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "algo/algo.h"
+#include "algo.h"
 #include "alloc.h"
 #include "check.h"
-#include "cuda/device.h"
 #include "futex.h"
-#include "kernels/kernels.h"
+#include "kernels.h"
 #include "log.h"
+#include "pap.h"
 #include "param.h"
+#include "wait.h"
 
 static size_t inputBytes(const struct papOpDesc* op, int nranks) {
-  size_t esz = papKernTypeSize(op->dtype);
-  switch (op->coll) {
+  size_t esz = papKernTypeSize(op->call.dtype);
+  switch (op->call.coll) {
   case PAP_COLL_REDUCESCATTER:
-    return op->count * esz * (size_t)nranks;
+    return op->call.count * esz * (size_t)nranks;
   default:
-    return op->count * esz;
+    return op->call.count * esz;
   }
 }
 
 /* Pre-multiplied sum: scale the input once into a private buffer, then run a plain sum. */
 static papcclResult_t prepareOp(struct papOpDesc* op) {
-  if (!op->preMul) return papcclSuccess;
+  if (!op->call.preMul) return papcclSuccess;
   size_t bytes = inputBytes(op, op->comm->nranks);
   if (bytes == 0) return papcclSuccess;
   PAP_CHECK(papAlignedAlloc(&op->tmp, bytes, "pre-multiplied input"));
-  papKernHostScale(op->tmp, op->sendbuff, bytes / papKernTypeSize(op->dtype), op->dtype,
-                   op->scalar);
-  op->sendbuff = op->tmp;
+  papKernHostScale(op->tmp, op->call.sendbuff, bytes / papKernTypeSize(op->call.dtype),
+                   op->call.dtype, op->call.scalar);
+  op->call.sendbuff = op->tmp;
   return papcclSuccess;
 }
 
 static void finishOp(struct papOpDesc* op, papcclResult_t res) {
-  if (res == papcclSuccess && op->avg && op->count) {
+  if (res == papcclSuccess && op->call.avg && op->call.count) {
     struct papComm* comm = op->comm;
-    int apply = op->coll != PAP_COLL_REDUCE || comm->rank == op->root;
-    if (apply) papKernHostDivide(op->recvbuff, op->recvbuff, op->count, op->dtype, comm->nranks);
+    int apply = op->call.coll != PAP_COLL_REDUCE || comm->rank == op->call.root;
+    if (apply)
+      papKernHostDivide(op->call.recvbuff, op->call.recvbuff, op->call.count, op->call.dtype,
+                        comm->nranks);
   }
   free(op->tmp);
   op->tmp = NULL;
@@ -53,11 +57,11 @@ static papcclResult_t planSelfP2p(struct papEngine* e, struct papOpDesc* ops, in
                                   struct papComm* comm) {
   int si = 0, ri = 0;
   for (;;) {
-    while (si < nops &&
-           !(ops[si].comm == comm && ops[si].coll == PAP_COLL_SEND && ops[si].root == comm->rank))
+    while (si < nops && !(ops[si].comm == comm && ops[si].call.coll == PAP_COLL_SEND &&
+                          ops[si].call.root == comm->rank))
       si++;
-    while (ri < nops &&
-           !(ops[ri].comm == comm && ops[ri].coll == PAP_COLL_RECV && ops[ri].root == comm->rank))
+    while (ri < nops && !(ops[ri].comm == comm && ops[ri].call.coll == PAP_COLL_RECV &&
+                          ops[ri].call.root == comm->rank))
       ri++;
     if (si == nops && ri == nops) return papcclSuccess;
     if (si == nops || ri == nops) {
@@ -65,13 +69,13 @@ static papcclResult_t planSelfP2p(struct papEngine* e, struct papOpDesc* ops, in
                si < nops ? "papcclSend" : "papcclRecv", si < nops ? "papcclRecv" : "papcclSend");
       return papcclInvalidUsage;
     }
-    size_t sb = ops[si].count * papKernTypeSize(ops[si].dtype);
-    size_t rb = ops[ri].count * papKernTypeSize(ops[ri].dtype);
+    size_t sb = ops[si].call.count * papKernTypeSize(ops[si].call.dtype);
+    size_t rb = ops[ri].call.count * papKernTypeSize(ops[ri].call.dtype);
     if (sb != rb) {
       PAP_WARN("papcclSend to self of %zu bytes matched with papcclRecv of %zu bytes", sb, rb);
       return papcclInvalidUsage;
     }
-    if (sb && papPlanCopy(e, ops[ri].recvbuff, ops[si].sendbuff, sb, -1, -1) < 0)
+    if (sb && papPlanCopy(e, ops[ri].call.recvbuff, ops[si].call.sendbuff, sb, -1, -1) < 0)
       return papcclSystemError;
     si++;
     ri++;
@@ -79,7 +83,8 @@ static papcclResult_t planSelfP2p(struct papEngine* e, struct papOpDesc* ops, in
 }
 
 static int isSelfP2p(const struct papOpDesc* op) {
-  return (op->coll == PAP_COLL_SEND || op->coll == PAP_COLL_RECV) && op->root == op->comm->rank;
+  return (op->call.coll == PAP_COLL_SEND || op->call.coll == PAP_COLL_RECV) &&
+         op->call.root == op->comm->rank;
 }
 
 /* Builds comm's plan from its ops in the batch: collectives in call order, then p2p in call
@@ -92,9 +97,14 @@ static papcclResult_t buildPlan(struct papComm* comm, struct papOpDesc* ops, int
     for (int i = 0; i < nops; i++) {
       struct papOpDesc* op = &ops[i];
       if (op->comm != comm) continue;
-      int p2p = op->coll == PAP_COLL_SEND || op->coll == PAP_COLL_RECV;
-      if (p2p != pass || isSelfP2p(op) || op->count == 0) continue;
-      PAP_CHECK(papAlgoPlan(e, op));
+      int p2p = op->call.coll == PAP_COLL_SEND || op->call.coll == PAP_COLL_RECV;
+      if (p2p != pass || isSelfP2p(op) || op->call.count == 0) continue;
+      struct papChain* chain = NULL;
+      PAP_CHECK(papAlgoPlan(e, &op->call, &chain));
+      if (chain) { /* the rest is planned as arrivals come (papPapExtend) */
+        comm->pap->chain = chain;
+        comm->pap->chainOp = op;
+      }
     }
   }
   PAP_CHECK(planSelfP2p(e, ops, nops, comm));
@@ -127,22 +137,23 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
   return papcclSuccess;
 }
 
-/* Drives the engines of comms[] until all plans are done, an error, abort or the deadline.
- * Spins PAPCCL_SPIN_US after the last progress (yielding the core), then sleeps on the
- * transport's doorbell; with several comms it sleeps in short slices instead. */
+/* Drives the engines of comms[] until all plans are done, an error, abort or the deadline
+ * (the one wait, core/wait.h). Polls PAPCCL_SPIN_US after the last progress (yielding the
+ * core), then sleeps on the transport's doorbell; with several comms it sleeps in short
+ * slices instead. */
 static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
-  uint64_t now = papNowNs();
-  uint64_t timeoutNs = (uint64_t)papParamTimeoutS() * 1000000000ull;
-  uint64_t deadline = now + timeoutNs;
   /* Spinning only pays when the peer runs at the same time; on an oversubscribed host it
    * steals the CPU from the very rank we wait for, so sleep right after the cheap polls. */
   int oversubscribed = 0;
   for (int c = 0; c < ncomms; c++)
     oversubscribed |= comms[c]->oversubscribed;
-  uint64_t spinNs = oversubscribed ? 0 : (uint64_t)papParamSpinUs() * 1000ull;
-  uint64_t spinUntil = now + spinNs;
-  uint64_t nextHealth = now + 100000000ull;
+  char what[64];
+  snprintf(what, sizeof(what), "operation on rank %d", ncomms > 0 ? comms[0]->rank : -1);
+  struct papWait w;
+  papWaitInit(&w, what, NULL, 1, oversubscribed ? 0 : (uint64_t)papParamSpinUs() * 1000ull, 0);
+  w.hint = ": a peer is dead or did not call the same operation";
   unsigned polls = 0;
+  int spinFresh = 1; /* the spin budget was restarted by progress and not yet dated */
   for (;;) {
     int progressed = 0, alldone = 1;
     for (int c = 0; c < ncomms; c++) {
@@ -157,34 +168,23 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
     }
     if (alldone) return papcclSuccess;
     for (int c = 0; c < ncomms; c++) {
-      if (atomic_load_explicit(&comms[c]->abortFlag, memory_order_acquire)) {
-        PAP_WARN("operation cancelled: communicator (rank %d) was aborted", comms[c]->rank);
-        return papcclInvalidUsage;
-      }
+      w.abortFlag = (const volatile int*)&comms[c]->abortFlag;
+      PAP_CHECK(papWaitCheck(&w, 0));
     }
     if (progressed) {
       polls = 0;
-      spinUntil = 0; /* recomputed lazily below: avoid a clock read per pass */
+      spinFresh = 1; /* dated lazily below: no clock read per pass */
       continue;
     }
-    if (spinUntil == 0) spinUntil = papNowNs() + spinNs;
     if ((++polls & 63) != 0) continue; /* cheap polls first: a peer is usually about to act */
-    now = papNowNs();
-    if (now >= nextHealth) {
-      nextHealth = now + 100000000ull;
-      PAP_CHECK(checkPeers(comms, ncomms));
+    uint64_t now = papNowNs();
+    if (spinFresh) {
+      papWaitProgressed(&w, now);
+      spinFresh = 0;
     }
-    if (now >= deadline) {
-      PAP_WARN(
-          "operation timed out after %lld s (PAPCCL_TIMEOUT_S): a peer is dead or did not "
-          "call the same operation",
-          (long long)papParamTimeoutS());
-      return papcclRemoteError;
-    }
-    if (now < spinUntil) {
-      sched_yield();
-      continue;
-    }
+    if (papWaitHealthDue(&w, now)) PAP_CHECK(checkPeers(comms, ncomms));
+    PAP_CHECK(papWaitCheck(&w, now));
+    if (papWaitSpin(&w, now)) continue;
     /* Sleep. The token is taken before the last check, so a wakeup cannot be lost. */
     struct papComm* c0 = comms[0];
     uint32_t tok = c0->tops->waitToken(c0->tstate);
@@ -204,14 +204,14 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
     for (int c = 0; c < ncomms; c++)
       if (comms[c]->engine.devPosted > 0 && slice > 20000) slice = 20000;
     if (p) slice = 0;
-    if ((int64_t)(deadline - now) < slice) slice = (int64_t)(deadline - now);
-    c0->tops->wait(c0->tstate, tok, slice);
-    spinUntil = papNowNs() + spinNs / 4; /* a short spin after each wakeup */
+    c0->tops->wait(c0->tstate, tok, papWaitSlice(&w, now, slice));
+    /* A short spin after each wakeup. */
+    w.spinUntil = papNowNs() + w.spinNs / 4;
   }
 }
 
 static int isColl(const struct papOpDesc* op) {
-  return op->coll != PAP_COLL_SEND && op->coll != PAP_COLL_RECV;
+  return op->call.coll != PAP_COLL_SEND && op->call.coll != PAP_COLL_RECV;
 }
 
 /* Every collective arrives on its comm's board (in call order); then the ops whose plan
@@ -268,7 +268,7 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
     int err = atomic_load_explicit(&comms[c]->asyncError, memory_order_acquire);
     if (err != papcclSuccess && err != papcclInProgress) {
       PAP_WARN("communicator (rank %d) has a pending error %d (%s); abort or destroy it",
-               comms[c]->rank, err, papcclGetErrorString((papcclResult_t)err));
+               comms[c]->rank, err, papResultString((papcclResult_t)err));
       res = (papcclResult_t)err;
       goto out;
     }
@@ -298,35 +298,4 @@ out:
   }
   if (comms != stackComms) free(comms);
   return res;
-}
-
-papcclResult_t papEnqueue(struct papOpDesc* op) {
-  struct papComm* comm = op->comm;
-  if (op->coll == PAP_COLL_SEND)
-    op->seq = comm->p2pSendCount[op->root]++ | (1ull << 31);
-  else if (op->coll == PAP_COLL_RECV)
-    op->seq = comm->p2pRecvCount[op->root]++ | (1ull << 31);
-  else {
-    op->cseq = comm->collSeq++;
-    op->seq = op->cseq & 0x7fffffffull;
-  }
-  op->arr.tArr = papNowNs(); /* the rank arrives when it calls (host buffers) */
-  if (papGroupDepth() > 0) return papGroupAddOp(op);
-  if (op->onDevice) return papDeviceSubmit(comm, op, 1);
-  /* Host buffers run now; device ops queued before them on this comm go first, so that
-   * every rank runs the comm's collectives in call order. */
-  if (comm->blocking && comm->dev) papCommWaitPendingJobs(comm);
-  if (!comm->blocking) {
-    struct papJob* job = NULL;
-    if (papCalloc(&job, 1) != papcclSuccess || papCalloc(&job->ops, 1) != papcclSuccess) {
-      free(job);
-      papCommSetError(comm, papcclSystemError); /* the op took its number */
-      return papcclSystemError;
-    }
-    job->kind = PAP_JOB_OPS;
-    job->nops = 1;
-    job->ops[0] = *op;
-    return papProgressSubmit(comm, job);
-  }
-  return papRunOps(op, 1);
 }

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* From validated API calls to executed plans: groups, submission, waiting. */
+/* From validated calls to executed plans: argument checks, running ops on the calling
+ * thread, and the per-communicator progress thread that runs queued jobs. */
 #ifndef PAPCCL_ENQUEUE_ENQUEUE_H_
 #define PAPCCL_ENQUEUE_ENQUEUE_H_
 
-#include "comm/comm.h"
-#include "proxy/engine.h"
+#include "comm.h"
+#include "engine.h"
 
 /* Argument checks (argcheck.c); each logs "<Op>: <argument> ..." on failure. */
 papcclResult_t papArgCheckType(const char* fn, papcclDataType_t dtype);
@@ -17,21 +18,23 @@ papcclResult_t papArgCheckBuf(const char* fn, const char* what, const void* buf,
                               papcclDataType_t dtype, size_t mult);
 papcclResult_t papArgCheckRank(struct papComm* comm, const char* fn, const char* what, int r);
 
-/* Runs op now (blocking comm), hands it to the progress thread (non-blocking comm), or keeps
- * it for papcclGroupEnd (inside a group). */
-papcclResult_t papEnqueue(struct papOpDesc* op);
-
 /* Executes ops (any comms) to completion on the calling thread: builds each comm's plan and
  * drives all of them together, sleeping when nothing moves. */
 papcclResult_t papRunOps(struct papOpDesc* ops, int nops);
 
-/* Group state (group.c). */
-int papGroupDepth(void);
-
-/* The hierarchical allreduce (src/comm/hier.c): does it serve this call, and run it. */
-int papHierApplies(const struct papOpDesc* d, papcclRedOp_t op);
-papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op);
-papcclResult_t papGroupAddOp(const struct papOpDesc* op);
-papcclResult_t papGroupAddInit(struct papComm* comm, const papcclUniqueId* id);
+/* Progress thread (progress.c). */
+papcclResult_t papProgressStart(struct papComm* comm);
+/* Queues job (its ops, or job->run) for the thread; returns papcclInProgress, or an error
+ * when the comm is being torn down (the job is dropped and freed then). */
+papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job);
+void papProgressStop(struct papComm* comm);
+/* Around an operation's run. While one runs, its thread drives the transport and the
+ * progress thread stays out of the backend: two threads in one UCX worker take each
+ * other's events and wake each other up without end. After the last one, the progress
+ * thread serves the backend again (remote atomics on rank 0's board). */
+void papProgressUserEnter(struct papComm* comm);
+void papProgressUserLeave(struct papComm* comm);
+/* Sleeps until the progress thread has run every queued job. */
+void papCommWaitPendingJobs(struct papComm* comm);
 
 #endif /* PAPCCL_ENQUEUE_ENQUEUE_H_ */

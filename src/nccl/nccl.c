@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "edge.h"
 #include "log.h"
 #include "papccl.h"
 

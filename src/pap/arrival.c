@@ -8,15 +8,16 @@
 #include <string.h>
 #include <time.h>
 
-#include "algo/algo.h"
+#include "algo.h"
 #include "alloc.h"
 #include "check.h"
-#include "comm/comm.h"
+#include "comm.h"
 #include "fault.h"
 #include "futex.h"
 #include "log.h"
-#include "pap/pap.h"
+#include "pap.h"
 #include "param.h"
+#include "wait.h"
 
 /* Board word indices of slot s: word, released, rank_at[N], t_arr[N].
  * released = [gen:32 | ranks done reading the slot:32]. */
@@ -48,6 +49,20 @@ static papcclResult_t bCas(struct papComm* comm, size_t idx, uint64_t expect, ui
   PAP_CHECK(comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_CAS, desired, expect, &old));
   *okOut = old == expect;
   return papcclSuccess;
+}
+
+static const volatile int* abortFlagOf(const struct papComm* comm) {
+  return (const volatile int*)&comm->abortFlag;
+}
+
+/* The wait of a collective's arrival phase (core/wait.h); `phase` says for what. */
+static void arrivalWait(const struct papComm* comm, const struct papArrival* a, const char* phase,
+                        char* buf, size_t len, struct papWait* w) {
+  snprintf(buf, len, "collective #%llu on rank %d, waiting %s", (unsigned long long)a->gen,
+           comm->rank, phase);
+  papWaitInit(w, buf, abortFlagOf(comm), 1,
+              comm->oversubscribed ? 0 : (uint64_t)papParamSpinUs() * 1000ull, 1000000);
+  w->hint = ": a rank never arrived or is dead";
 }
 
 /* Generations run 1..PAP_GEN_MASK (0 = slot never used) over the 64-bit collective count. */
@@ -139,62 +154,23 @@ void papPapFree(struct papComm* comm) {
   comm->pap = NULL;
 }
 
-static int forcedAlgo(void) {
-  const char* f = papParamAlgo();
-  if (f == NULL) return PAP_ALGO_AUTO;
-  return papAlgoFromName(f);
-}
-
-/* The algorithm every rank can choose alone (no arrival information needed). */
-static void localChoice(const struct papComm* comm, struct papOpDesc* op) {
-  int n = comm->nranks;
-  size_t bytes = op->count * papKernTypeSize(op->dtype);
-  op->nE = n;
-  op->owners = comm->pap->ident;
-  if (papParamDeterministic()) {
-    op->algo = PAP_ALGO_AC2S_DET;
-    return;
-  }
-  int f = forcedAlgo();
-  if ((f == PAP_ALGO_AC2S || f == PAP_ALGO_SMALL) && papParamPap()) {
-    op->algo = f; /* over all ranks in rank order: no commit needed */
-    return;
-  }
-  /* The chain needs the arrival order: inside a group it runs the classic plan. */
-  op->algo = papAlgoSelectAllReduce(bytes, n);
-}
-
-int papPapNeedsDecision(const struct papComm* comm, const struct papOpDesc* op, int grouped) {
-  if (op->coll >= PAP_SEL_COLLS || op->count == 0 || comm->nranks < 2 || grouped) return 0;
-  int det = papParamDeterministic() != 0;
-  if (det && op->coll == PAP_COLL_ALLREDUCE) return 1;
-  /* Deterministic mode: ReduceScatter and Reduce keep their fixed rank order (classic). */
-  if (det && (op->coll == PAP_COLL_REDUCE || op->coll == PAP_COLL_REDUCESCATTER)) return 0;
-  if (!papParamPap()) return 0;
-  int f = forcedAlgo();
-  if (f == PAP_ALGO_RING || f == PAP_ALGO_RHD) return 0;
-  return 1;
-}
-
 papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int decided) {
   struct papArrival* a = &op->arr;
   int n = comm->nranks;
   a->used = 0;
   a->decided = decided;
-  if (op->coll == PAP_COLL_ALLREDUCE)
-    localChoice(comm, op);
-  else
-    op->algo = PAP_ALGO_AUTO; /* the classic plan */
+  papSelectLocal(comm, op);
   if (comm->tops->boardAtomic == NULL || n > 0xffff) return papcclSuccess;
-  a->slot = (int)(op->cseq % PAP_BOARD_SLOTS);
-  a->gen = genOf(op->cseq);
+  a->slot = (int)(op->call.cseq % PAP_BOARD_SLOTS);
+  a->gen = genOf(op->call.cseq);
   a->released = 0;
   a->tPlan = 0;
   if (a->tArr == 0) a->tArr = papNowNs();
   size_t wi = IDX_WORD(n, a->slot);
   uint64_t w = 0, nw = 0;
-  uint64_t deadline = 0;
-  long backoffNs = 2000;
+  struct papWait slotWait;
+  char slotWhat[160];
+  int slotWaiting = 0;
   for (;;) {
     PAP_CHECK(bLoad(comm, wi, &w));
     uint32_t g = PAP_W_GEN(w);
@@ -204,12 +180,12 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
             "collective #%llu: rank %d %s the arrival commit but another rank does not (the "
             "same collective was called inside a group on some ranks and alone on others; "
             "group alike on every rank or set PAPCCL_PAP=0)",
-            (unsigned long long)op->seq, comm->rank, decided ? "waits for" : "skips");
+            (unsigned long long)op->call.seq, comm->rank, decided ? "waits for" : "skips");
         return papcclInvalidUsage;
       }
       if (PAP_W_COUNT(w) >= (uint32_t)n) {
         PAP_WARN("collective #%llu: more arrivals than ranks on the board (mismatched calls?)",
-                 (unsigned long long)op->seq);
+                 (unsigned long long)op->call.seq);
         return papcclInvalidUsage;
       }
       nw = w + 1;
@@ -220,22 +196,14 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
         /* This rank is PAP_BOARD_SLOTS collectives ahead of a peer that has not finished
          * reading the slot (possible after collectives a rank completes without every
          * peer, such as broadcast). Rare: back off with sleeps, bounded by the timeout. */
-        uint64_t now = papNowNs();
-        if (deadline == 0) deadline = now + (uint64_t)papParamTimeoutS() * 1000000000ull;
-        if (now > deadline) {
-          PAP_WARN(
-              "collective #%llu: a peer never finished collective #%llu (timeout)",
-              (unsigned long long)op->seq,
-              (unsigned long long)(op->seq >= PAP_BOARD_SLOTS ? op->seq - PAP_BOARD_SLOTS : 0));
-          return papcclRemoteError;
+        if (!slotWaiting) {
+          arrivalWait(comm, a, "for a peer to finish the collective before in its board slot",
+                      slotWhat, sizeof(slotWhat), &slotWait);
+          slotWait.spinNs = 0; /* sleeps only */
+          slotWaiting = 1;
         }
-        if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
-          PAP_WARN("operation cancelled: communicator (rank %d) was aborted", comm->rank);
-          return papcclInvalidUsage;
-        }
-        struct timespec ts = {0, backoffNs};
-        nanosleep(&ts, NULL);
-        if (backoffNs < 1000000) backoffNs *= 2;
+        PAP_CHECK(papWaitCheck(&slotWait, papNowNs()));
+        papWaitSleep(&slotWait);
         continue;
       }
       nw = makeWord(a->gen, 0, 0, decided, 0, 1);
@@ -243,7 +211,7 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
       PAP_WARN(
           "collective #%llu: the arrival slot holds generation %u, expected %u or %u "
           "(ranks called different collectives?)",
-          (unsigned long long)op->seq, g, a->gen, prevGen(a->gen));
+          (unsigned long long)op->call.seq, g, a->gen, prevGen(a->gen));
       return papcclInternalError;
     }
     int ok = 0;
@@ -279,7 +247,7 @@ papcclResult_t papPapArrive(struct papComm* comm, struct papOpDesc* op, int deci
 
 /* Rank at arrival position p (waits for the entry: it is written right after the CAS). */
 static papcclResult_t rankAt(struct papComm* comm, const struct papArrival* a, int p, int* rOut,
-                             uint64_t deadline) {
+                             struct papWait* w) {
   int n = comm->nranks;
   for (unsigned i = 0;; i++) {
     uint64_t v = 0;
@@ -293,47 +261,26 @@ static papcclResult_t rankAt(struct papComm* comm, const struct papArrival* a, i
       *rOut = r;
       return papcclSuccess;
     }
-    if ((i & 255) == 255) {
-      if (papNowNs() > deadline) {
-        PAP_WARN("arrival board: position %d was taken but never filled (rank died?)", p);
-        return papcclRemoteError;
-      }
-      if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
-        PAP_WARN("operation cancelled: communicator (rank %d) was aborted", comm->rank);
-        return papcclInvalidUsage;
-      }
-    }
+    /* The entry's writer is between its CAS and its store: yield, whatever the budget. */
+    if ((i & 255) == 255) PAP_CHECK(papWaitCheck(w, papNowNs()));
     sched_yield();
   }
 }
 
-static papcclResult_t waitChecks(struct papComm* comm, const struct papArrival* a, uint64_t now,
-                                 uint64_t deadline, uint64_t* nextHealth, const char* what) {
-  if (atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
-    PAP_WARN("operation cancelled: communicator (rank %d) was aborted", comm->rank);
-    return papcclInvalidUsage;
-  }
-  if (now >= deadline) {
-    PAP_WARN(
-        "collective #%llu timed out after %lld s (PAPCCL_TIMEOUT_S) %s: a rank never arrived "
-        "or is dead",
-        (unsigned long long)a->gen, (long long)papParamTimeoutS(), what);
+/* The wait's checks, and the peers' health every 100 ms. */
+static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64_t now) {
+  PAP_CHECK(papWaitCheck(w, now));
+  if (!papWaitHealthDue(w, now)) return papcclSuccess;
+  for (int r = 0; r < comm->nranks; r++) {
+    if (r == comm->rank || comm->tops->peerAlive(comm->tstate, r)) continue;
+    PAP_WARN("rank %d (pid %d) exited while %s", r, comm->pids[r], w->what);
     return papcclRemoteError;
-  }
-  if (now >= *nextHealth) {
-    *nextHealth = now + 100000000ull;
-    for (int r = 0; r < comm->nranks; r++) {
-      if (r == comm->rank || comm->tops->peerAlive(comm->tstate, r)) continue;
-      PAP_WARN("rank %d (pid %d) exited while rank %d waits %s", r, comm->pids[r], comm->rank,
-               what);
-      return papcclRemoteError;
-    }
   }
   return papcclSuccess;
 }
 
 /* The decider: choose, wait for arrivals if PAP-aware, commit with one CAS. */
-static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, uint64_t deadline,
+static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, struct papWait* wt,
                              uint64_t* wordOut) {
   struct papArrival* a = &op->arr;
   int n = comm->nranks;
@@ -347,7 +294,6 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, uint64_
   uint64_t tau = papSelectGapNs(comm, op);
   uint32_t lastCnt = 0;
   uint64_t lastChange = papNowNs();
-  uint64_t nextHealth = lastChange + 100000000ull;
   for (;;) {
     uint32_t tok = comm->tops->waitToken(comm->tstate);
     uint64_t w = 0;
@@ -374,7 +320,7 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, uint64_
       *wordOut = cw;
       return papcclSuccess;
     }
-    res = waitChecks(comm, a, now, deadline, &nextHealth, "for arrivals (decider)");
+    res = waitChecks(comm, wt, now);
     if (res != papcclSuccess) {
       comm->tops->wait(comm->tstate, tok, 0);
       return res;
@@ -382,19 +328,16 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, uint64_
     int64_t slice = 100000000;
     if (cnt >= (uint32_t)nMin) slice = (int64_t)(lastChange + tau - now);
     if (slice < 1000) slice = 1000;
-    comm->tops->wait(comm->tstate, tok, slice);
+    comm->tops->wait(comm->tstate, tok, papWaitSlice(wt, now, slice));
   }
 }
 
 /* Ranks that arrived before the commit: wait for it (bounded spin, then the doorbell). */
-static papcclResult_t awaitCommit(struct papComm* comm, struct papOpDesc* op, uint64_t deadline,
+static papcclResult_t awaitCommit(struct papComm* comm, struct papOpDesc* op, struct papWait* wt,
                                   uint64_t* wordOut) {
   struct papArrival* a = &op->arr;
   size_t wi = IDX_WORD(comm->nranks, a->slot);
-  uint64_t spinNs = comm->oversubscribed ? 0 : (uint64_t)papParamSpinUs() * 1000ull;
-  uint64_t start = papNowNs();
-  uint64_t nextHealth = start + 100000000ull;
-  for (unsigned i = 0;; i++) {
+  for (;;) {
     uint64_t w = 0;
     PAP_CHECK(bLoad(comm, wi, &w));
     if (PAP_W_GEN(w) == a->gen && PAP_W_COMMIT(w)) {
@@ -402,10 +345,7 @@ static papcclResult_t awaitCommit(struct papComm* comm, struct papOpDesc* op, ui
       return papcclSuccess;
     }
     uint64_t now = papNowNs();
-    if (now - start < spinNs) {
-      sched_yield();
-      continue;
-    }
+    if (papWaitSpin(wt, now)) continue;
     uint32_t tok = comm->tops->waitToken(comm->tstate);
     papcclResult_t res = bLoad(comm, wi, &w);
     if (res == papcclSuccess && PAP_W_GEN(w) == a->gen && PAP_W_COMMIT(w)) {
@@ -413,13 +353,12 @@ static papcclResult_t awaitCommit(struct papComm* comm, struct papOpDesc* op, ui
       *wordOut = w;
       return papcclSuccess;
     }
-    if (res == papcclSuccess)
-      res = waitChecks(comm, a, now, deadline, &nextHealth, "for the arrival commit");
+    if (res == papcclSuccess) res = waitChecks(comm, wt, now);
     if (res != papcclSuccess) {
       comm->tops->wait(comm->tstate, tok, 0);
       return res;
     }
-    comm->tops->wait(comm->tstate, tok, 100000000);
+    comm->tops->wait(comm->tstate, tok, papWaitSlice(wt, now, 100000000));
   }
 }
 
@@ -427,11 +366,14 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
   struct papArrival* a = &op->arr;
   if (!a->used || !a->decided) return papcclSuccess;
   int n = comm->nranks;
-  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  struct papWait wt;
+  char what[160];
+  arrivalWait(comm, a, a->pos == 0 ? "for arrivals (decider)" : "for the arrival commit", what,
+              sizeof(what), &wt);
   uint64_t w = a->oldWord;
   if (!PAP_W_COMMIT(w)) {
     if (a->pos == 0) {
-      PAP_CHECK(decide(comm, op, deadline, &w));
+      PAP_CHECK(decide(comm, op, &wt, &w));
       /* Wake everyone who arrived before the commit (an entry not written yet belongs to a
        * rank that reads the word after writing it, so it sees the commit anyway). */
       uint32_t nE = PAP_W_NE(w);
@@ -443,7 +385,7 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
             comm->tops->notify(comm->tstate, (int)(uint32_t)buf[p] - 1);
       }
     } else {
-      PAP_CHECK(awaitCommit(comm, op, deadline, &w));
+      PAP_CHECK(awaitCommit(comm, op, &wt, &w));
     }
   }
   int nE = (int)PAP_W_NE(w);
@@ -452,9 +394,9 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
     PAP_WARN("arrival board: invalid commit (algo %d, %d early of %d)", algo, nE, n);
     return papcclInternalError;
   }
-  op->algo = algo;
-  op->nE = nE;
-  op->owners = comm->pap->owners;
+  op->call.commit.algo = algo;
+  op->call.commit.nE = nE;
+  op->call.commit.owners = comm->pap->owners;
   if (algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET || algo == PAP_ALGO_SMALL ||
       algo == PAP_ALGO_PAP) {
     /* All positions in one read; an entry still being written is waited for alone. */
@@ -465,29 +407,31 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op) {
       if ((uint32_t)(buf[p] >> 32) == a->gen && r >= 0 && r < n)
         comm->pap->owners[p] = r;
       else
-        PAP_CHECK(rankAt(comm, a, p, &comm->pap->owners[p], deadline));
+        PAP_CHECK(rankAt(comm, a, p, &comm->pap->owners[p], &wt));
     }
   }
-  op->pred = -1;
+  op->call.commit.pos = a->pos;
+  op->call.commit.pred = -1;
   if (algo == PAP_ALGO_CHAIN && a->pos > 0)
-    PAP_CHECK(rankAt(comm, a, a->pos - 1, &op->pred, deadline));
+    PAP_CHECK(rankAt(comm, a, a->pos - 1, &op->call.commit.pred, &wt));
   /* The slot is released at completion, after the statistics are read from it
    * (papPapComplete): until then rank 0 keeps the board (papPapDrainBoard). */
   a->tPlan = papNowNs();
   PAP_TRACE(PAP_LOG_PAP, "collective #%llu: rank %d arrived at position %d; %s with %d early",
-            (unsigned long long)op->seq, comm->rank, a->pos, papAlgoName((enum papAlgo)algo), nE);
+            (unsigned long long)op->call.seq, comm->rank, a->pos, papAlgoName((enum papAlgo)algo),
+            nE);
   return papcclSuccess;
 }
 
 papcclResult_t papPapExtend(struct papComm* comm, int* progressed) {
   struct papEngine* e = &comm->engine;
-  struct papChain* c = (struct papChain*)comm->pap->chain;
+  struct papChain* c = comm->pap->chain;
   *progressed = 0;
   if (c == NULL) {
     PAP_WARN("internal error: a plan waits for an extension nobody will make");
     return papcclInternalError;
   }
-  const struct papArrival* a = &c->op->arr;
+  const struct papArrival* a = &comm->pap->chainOp->arr;
   uint64_t v = 0;
   PAP_CHECK(bLoad(comm, IDX_RANKAT(comm->nranks, a->slot, c->pos + 1), &v));
   if ((uint32_t)(v >> 32) != a->gen) return papcclSuccess; /* successor not here yet */
@@ -497,6 +441,7 @@ papcclResult_t papPapExtend(struct papComm* comm, int* progressed) {
     return papcclInternalError;
   }
   comm->pap->chain = NULL;
+  comm->pap->chainOp = NULL;
   PAP_CHECK(papAllReduceChainFinish(e, c, succ));
   *progressed = 1;
   return papcclSuccess;
@@ -596,14 +541,16 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
   uint64_t tDone = papNowNs();
   papcclPapStats* st = &ps->st;
   st->ops++;
-  st->lastSeq = op->seq;
-  st->lastAlgo = papAlgoStatsId(op->coll, op->algo);
+  st->lastSeq = op->call.seq;
+  st->lastAlgo = papAlgoStatsId(op->call.coll, op->call.commit.algo);
   snprintf(st->lastAlgoName, sizeof(st->lastAlgoName), "%s",
-           op->coll == PAP_COLL_ALLREDUCE || op->algo == PAP_ALGO_PAP
-               ? papAlgoName((enum papAlgo)op->algo)
+           op->call.coll == PAP_COLL_ALLREDUCE || op->call.commit.algo == PAP_ALGO_PAP
+               ? papAlgoName((enum papAlgo)op->call.commit.algo)
                : "classic");
-  st->lastEarly = op->coll == PAP_COLL_ALLREDUCE || op->algo == PAP_ALGO_PAP ? op->nE : n;
-  if (op->algo >= PAP_ALGO_AC2S && a->decided) {
+  st->lastEarly = op->call.coll == PAP_COLL_ALLREDUCE || op->call.commit.algo == PAP_ALGO_PAP
+                      ? op->call.commit.nE
+                      : n;
+  if (op->call.commit.algo >= PAP_ALGO_AC2S && a->decided) {
     st->papOps++;
     ps->reportPap++;
   }
@@ -675,19 +622,12 @@ void papPapComplete(struct papComm* comm, struct papOpDesc* op) {
   report(comm);
 }
 
-PAPCCL_API papcclResult_t papcclCommGetPapStats(papcclComm_t comm, papcclPapStats* stats) {
-  PAP_CHECK(papCommEnter(comm, "papcclCommGetPapStats"));
-  if (stats == NULL) {
-    PAP_WARN("papcclCommGetPapStats: stats is NULL");
-    papCommLeave(comm);
-    return papcclInvalidArgument;
-  }
+papcclResult_t papPapStatsGet(struct papComm* comm, papcclPapStats* stats) {
   pthread_mutex_lock(&comm->progressLock);
   struct papPapState* ps = comm->pap;
   if (ps == NULL) {
     pthread_mutex_unlock(&comm->progressLock);
     PAP_WARN("papcclCommGetPapStats: communicator (rank %d) is not initialized yet", comm->rank);
-    papCommLeave(comm);
     return papcclInvalidUsage;
   }
   *stats = ps->st;
@@ -705,7 +645,6 @@ PAPCCL_API papcclResult_t papcclCommGetPapStats(papcclComm_t comm, papcclPapStat
       stats->habitualLateRank = r;
   }
   pthread_mutex_unlock(&comm->progressLock);
-  papCommLeave(comm);
   return papcclSuccess;
 }
 
@@ -720,11 +659,13 @@ void papPapDrainBoard(struct papComm* comm) {
       comm->tops->boardAtomic == NULL || !comm->tops->remoteBoard)
     return;
   if (atomic_load_explicit(&comm->asyncError, memory_order_acquire) != papcclSuccess ||
-      atomic_load_explicit(&comm->abortFlag, memory_order_acquire))
+      papAborted(abortFlagOf(comm)))
     return;
   uint64_t end = comm->collSeq;
   uint64_t start = end > PAP_BOARD_SLOTS ? end - PAP_BOARD_SLOTS : 0;
-  uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  struct papWait wt;
+  papWaitInit(&wt, "destroy on rank 0, waiting for the ranks to leave the arrival board",
+              abortFlagOf(comm), 1, 0, 0);
   for (uint64_t k = start; k < end; k++) {
     size_t ri = IDX_REL(n, (int)(k % PAP_BOARD_SLOTS));
     uint64_t want = ((uint64_t)genOf(k) << 32) | (uint32_t)n;
@@ -732,14 +673,15 @@ void papPapDrainBoard(struct papComm* comm) {
       uint32_t tok = comm->tops->waitToken(comm->tstate);
       uint64_t rel = 0;
       if (bLoad(comm, ri, &rel) != papcclSuccess || rel == want) break;
-      if (papNowNs() > deadline || atomic_load_explicit(&comm->abortFlag, memory_order_acquire)) {
+      uint64_t now = papNowNs();
+      if (papWaitCheck(&wt, now) != papcclSuccess) {
         PAP_WARN(
             "destroy: a rank never finished collective #%llu; it will fail on the arrival "
             "board, which goes with rank 0",
             (unsigned long long)k);
         return;
       }
-      comm->tops->wait(comm->tstate, tok, 1000000);
+      comm->tops->wait(comm->tstate, tok, papWaitSlice(&wt, now, 1000000));
     }
   }
 }

@@ -4,12 +4,20 @@
 #ifndef PAPCCL_PAP_PAP_H_
 #define PAPCCL_PAP_PAP_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "algo.h"
+#include "comm.h"
 #include "papccl.h"
 
-struct papComm;
-struct papOpDesc;
+/* The arrival board: PAP_BOARD_SLOTS slots of 64-bit words held by the home rank (rank 0)
+ * and reached through the transport (boardAtomic, boardRead, notify). Slot layout (arrival.c):
+ * word, released, rank_at[N], t_arr[N]. */
+#define PAP_BOARD_SLOTS 4
+static inline size_t papBoardWords(int nranks) {
+  return (size_t)PAP_BOARD_SLOTS * (2 + 2 * (size_t)nranks);
+}
 
 /* Board word: [gen:24 | algo:6 | commit:1 | decided:1 | nE:16 | count:16]. */
 #define PAP_W_COUNT(w) ((uint32_t)((w)&0xffffu))
@@ -19,19 +27,6 @@ struct papOpDesc;
 #define PAP_W_ALGO(w) ((int)(((w) >> 34) & 0x3fu))
 #define PAP_W_GEN(w) ((uint32_t)((w) >> 40))
 #define PAP_GEN_MASK 0xffffffu
-
-/* Per-op arrival record on this rank (inside struct papOpDesc). */
-struct papArrival {
-  int used; /* went through the board */
-  int decided; /* the decider chooses the plan; others wait for the commit */
-  int pos; /* arrival position */
-  int slot;
-  uint32_t gen;
-  uint64_t tArr; /* CLOCK_MONOTONIC ns: when the call entered the library */
-  uint64_t oldWord; /* the board word before our arrival (0: we were first) */
-  int released; /* this rank is done reading the slot */
-  uint64_t tPlan; /* CLOCK_MONOTONIC ns: the plan was known (this rank's work could start) */
-};
 
 /* Size buckets of the selector: floor(log2 bytes), per collective with a PAP-aware plan
  * (enum papColl values below PAP_SEL_COLLS: allreduce, broadcast, reduce, allgather,
@@ -54,7 +49,8 @@ struct papPapState {
   int nranks;
   struct papSelBucket buckets[PAP_SEL_COLLS][PAP_SEL_BUCKETS];
   int32_t* owners; /* [nranks] plan of the op being built: arrival order */
-  void* chain; /* struct papChain of the chain op waiting for its successor, or NULL */
+  struct papChain* chain; /* the chain op waiting for its successor, or NULL */
+  struct papOpDesc* chainOp; /* that op */
   int32_t* ident; /* [nranks] 0..N-1: owners of plans that need no commit */
   int32_t* order; /* [nranks] scratch for statistics */
   uint64_t* stamps; /* [nranks] */
@@ -87,11 +83,17 @@ papcclResult_t papPapAwaitPlan(struct papComm* comm, struct papOpDesc* op);
 papcclResult_t papPapExtend(struct papComm* comm, int* progressed);
 /* Completion: stamps, statistics, selector. */
 void papPapComplete(struct papComm* comm, struct papOpDesc* op);
+/* papcclCommGetPapStats's figures (papcclInvalidUsage before the comm is up). */
+papcclResult_t papPapStatsGet(struct papComm* comm, papcclPapStats* stats);
 /* Destroy on rank 0 of a network board: waits (bounded) until every rank released the
  * slots of the last collectives. */
 void papPapDrainBoard(struct papComm* comm);
 
-/* Selector (select.c). */
+/* Selector (select.c): the one place an op's algorithm is chosen, PAPCCL_ALGO parsed once.
+ * papSelectLocal: the choice every rank makes alone at arrival (classic plans, or a PAP plan
+ * over all ranks in rank order); papPapNeedsDecision: whether the decider chooses instead;
+ * papSelect: the decider's choice. */
+void papSelectLocal(const struct papComm* comm, struct papOpDesc* op);
 struct papSelChoice {
   int algo; /* enum papAlgo */
   int wait; /* PAP-aware: wait for arrivals before committing */

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The selector: per size bucket, an EMA of the observed skew fed into the alpha-beta cost
- * model of docs/PAP.md section 3.5, with hysteresis (docs/PAP-ENGINE.md section 3). */
+ * model of docs/PAP.md section 3.5, with hysteresis (docs/PAP-ENGINE.md section 3). It is
+ * the one place an op's algorithm is chosen. */
 #include <math.h>
+#include <pthread.h>
 
-#include "algo/algo.h"
-#include "comm/comm.h"
+#include "algo.h"
+#include "comm.h"
 #include "log.h"
-#include "pap/pap.h"
+#include "pap.h"
 #include "param.h"
 
 #define PAP_SEL_CHECK 4
@@ -104,26 +106,84 @@ static double gain(const struct model* m, int coll, double bytes, int n, double 
   return best - (tail + wait);
 }
 
+/* PAPCCL_ALGO, parsed once (again after papParamReset). */
+static int forcedAlgo(void) {
+  static unsigned gen = ~0u;
+  static int algo;
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  unsigned g = papParamGeneration();
+  pthread_mutex_lock(&lock);
+  if (gen != g) {
+    const char* f = papParamAlgo();
+    algo = f ? papAlgoFromName(f) : PAP_ALGO_AUTO;
+    gen = g;
+  }
+  int a = algo;
+  pthread_mutex_unlock(&lock);
+  return a;
+}
+
+/* The classic allreduce: PAPCCL_ALGO=ring|rhd, else by size. */
+static int classicAllReduce(size_t bytes) {
+  int f = forcedAlgo();
+  return f == PAP_ALGO_RING || f == PAP_ALGO_RHD ? f : (int)papAlgoClassicAllReduce(bytes);
+}
+
+void papSelectLocal(const struct papComm* comm, struct papOpDesc* op) {
+  if (op->call.coll != PAP_COLL_ALLREDUCE) {
+    op->call.commit.algo = PAP_ALGO_AUTO; /* the classic plan */
+    return;
+  }
+  int n = comm->nranks;
+  size_t bytes = op->call.count * papKernTypeSize(op->call.dtype);
+  op->call.commit.nE = n;
+  op->call.commit.owners = comm->pap->ident;
+  if (papParamDeterministic()) {
+    op->call.commit.algo = PAP_ALGO_AC2S_DET;
+    return;
+  }
+  int f = forcedAlgo();
+  if ((f == PAP_ALGO_AC2S || f == PAP_ALGO_SMALL) && papParamPap()) {
+    op->call.commit.algo = f; /* over all ranks in rank order: no commit needed */
+    return;
+  }
+  /* The chain needs the arrival order: inside a group it runs the classic plan. */
+  op->call.commit.algo = classicAllReduce(bytes);
+}
+
+int papPapNeedsDecision(const struct papComm* comm, const struct papOpDesc* op, int grouped) {
+  if (op->call.coll >= PAP_SEL_COLLS || op->call.count == 0 || comm->nranks < 2 || grouped)
+    return 0;
+  int det = papParamDeterministic() != 0;
+  if (det && op->call.coll == PAP_COLL_ALLREDUCE) return 1;
+  /* Deterministic mode: ReduceScatter and Reduce keep their fixed rank order (classic). */
+  if (det && (op->call.coll == PAP_COLL_REDUCE || op->call.coll == PAP_COLL_REDUCESCATTER))
+    return 0;
+  if (!papParamPap()) return 0;
+  int f = forcedAlgo();
+  if (f == PAP_ALGO_RING || f == PAP_ALGO_RHD) return 0;
+  return 1;
+}
+
 size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op) {
-  size_t b = op->count * papKernTypeSize(op->dtype);
-  if (op->coll == PAP_COLL_ALLGATHER || op->coll == PAP_COLL_REDUCESCATTER)
+  size_t b = op->call.count * papKernTypeSize(op->call.dtype);
+  if (op->call.coll == PAP_COLL_ALLGATHER || op->call.coll == PAP_COLL_REDUCESCATTER)
     b *= (size_t)comm->nranks;
   return b;
 }
 
 static struct papSelBucket* bucketFor(struct papComm* comm, const struct papOpDesc* op) {
-  int coll = op->coll < PAP_SEL_COLLS ? op->coll : 0;
+  int coll = op->call.coll < PAP_SEL_COLLS ? op->call.coll : 0;
   return &comm->pap->buckets[coll][bucketOf(papSelectBytes(comm, op))];
 }
 
 struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) {
   struct papSelChoice c;
   size_t bytes = papSelectBytes(comm, op);
-  const char* f = papParamAlgo();
-  int forced = f ? papAlgoFromName(f) : PAP_ALGO_AUTO;
+  int forced = forcedAlgo();
   int pap = forced == PAP_ALGO_AC2S || forced == PAP_ALGO_SMALL || forced == PAP_ALGO_CHAIN ||
             forced == PAP_ALGO_PAP;
-  if (op->coll != PAP_COLL_ALLREDUCE) {
+  if (op->call.coll != PAP_COLL_ALLREDUCE) {
     /* Classic plans of these collectives are marked "ring" in the commit word. */
     c.algo = PAP_ALGO_RING;
     c.wait = 0;
@@ -133,7 +193,7 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) 
     }
     return c;
   }
-  c.algo = papAlgoSelectAllReduce(bytes, comm->nranks);
+  c.algo = classicAllReduce(bytes);
   c.wait = 0;
   if (papParamDeterministic()) {
     c.algo = PAP_ALGO_AC2S_DET;
@@ -159,7 +219,7 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) 
 
 void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs,
                       double gapNs) {
-  if (op->coll >= PAP_SEL_COLLS) return;
+  if (op->call.coll >= PAP_SEL_COLLS) return;
   struct papSelBucket* b = bucketFor(comm, op);
   size_t bytes = papSelectBytes(comm, op);
   const double lambda = 1.0 / 8;
@@ -182,7 +242,7 @@ void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double s
   double sigma = var > 0 ? sqrt(var) : 0;
   double q = b->skewEma - sigma;
   double best = 0;
-  double g = gain(&m, op->coll, (double)bytes, n, q, &best);
+  double g = gain(&m, op->call.coll, (double)bytes, n, q, &best);
   double thresh = 0.05 * best;
   if (thresh < 2 * m.alphaC) thresh = 2 * m.alphaC;
   int was = b->pap;
@@ -205,7 +265,7 @@ void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double s
     PAP_INFO(PAP_LOG_PAP,
              "PAP selector: %zu-byte %s on %d ranks -> %s (skew EMA %.1f us, sigma %.1f us, "
              "modelled gain %.1f us)",
-             bytes, names[op->coll], n,
+             bytes, names[op->call.coll], n,
              !b->pap                                       ? "classic"
              : bytes <= (size_t)papParamPapSmallMaxBytes() ? "small"
                                                            : "ac2s",
@@ -220,7 +280,8 @@ uint64_t papSelectGapNs(const struct papComm* comm, const struct papOpDesc* op) 
   /* Waiting longer than a whole classic allreduce buys nothing: a mistimed commit costs
    * about that much at most. */
   struct model m = modelParams();
-  double cap = tClassic(&m, op->coll < PAP_SEL_COLLS ? op->coll : 0, (double)bytes, comm->nranks);
+  double cap =
+      tClassic(&m, op->call.coll < PAP_SEL_COLLS ? op->call.coll : 0, (double)bytes, comm->nranks);
   if (g > cap) g = cap;
   return (uint64_t)(g > floorNs ? g : floorNs);
 }

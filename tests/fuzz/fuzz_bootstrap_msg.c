@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bootstrap/wire.h"
 #include "fuzz_common.h"
+#include "wire.h"
 
 static const unsigned char fuzzKey[PAP_BS_KEY_BYTES] = {'p', 'a', 'p', 'c', 'c', 'l', '-', 'f',
                                                         'u', 'z', 'z', '-', 'k', 'e', 'y', '!'};

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "transport/shm/shm.h"
+#include "shm/shm.h"
 
 #define MAX_RECVS 16
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "transport/shm/shm.h"
+#include "shm/shm.h"
 
 int LLVMFuzzerInitialize(int* argc, char*** argv) {
   (void)argc;

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "transport/transport.h"
-#include "transport/ucx/ucx.h"
+#include "transport.h"
+#include "ucx/ucx.h"
 
 int LLVMFuzzerInitialize(int* argc, char*** argv) {
   (void)argc;

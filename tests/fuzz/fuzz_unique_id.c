@@ -5,8 +5,8 @@
  * decodes it before connecting to the root. */
 #include <string.h>
 
-#include "bootstrap/wire.h"
 #include "fuzz_common.h"
+#include "wire.h"
 
 int LLVMFuzzerInitialize(int* argc, char*** argv) {
   (void)argc;

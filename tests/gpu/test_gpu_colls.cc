@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels.h"
 #include "papccl.h"
 #include "tests/gpu/gpu_common.h"
 #include "tests/shim/shim_ipc.h"

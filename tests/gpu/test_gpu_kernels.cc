@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels.h"
 #include "tests/gpu/gpu_common.h"
 
 namespace {

@@ -2,7 +2,7 @@
 /* Test shim for the bootstrap: forwards to src/bootstrap with plain types. */
 #include "tests/shim/shim_bootstrap.h"
 
-#include "bootstrap/bootstrap.h"
+#include "bootstrap.h"
 #include "log.h"
 #include "param.h"
 

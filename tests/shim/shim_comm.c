@@ -2,10 +2,10 @@
 /* Test shim for the communicator tests: wraps log, param and bootstrap internals in plain C. */
 #include "shim_comm.h"
 
-#include "bootstrap/bootstrap.h"
-#include "comm/comm.h"
+#include "bootstrap.h"
+#include "comm.h"
 #include "fault.h"
-#include "kernels/kernels.h"
+#include "kernels.h"
 #include "log.h"
 #include "param.h"
 

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ib/ib_parts.h"
 #include "log.h"
 #include "param.h"
-#include "transport/ib/ib_parts.h"
-#include "transport/transport.h"
+#include "transport.h"
 
 _Static_assert((int)PAP_TEST_IB_QP_RESET == (int)PAP_IB_QP_RESET &&
                    (int)PAP_TEST_IB_QP_INIT == (int)PAP_IB_QP_INIT &&
@@ -247,6 +247,7 @@ static papcclResult_t makeCtx(int nranks, const uint64_t* hostIds, struct papTra
   ctx->hostIds = ids;
   ctx->pids = pids;
   ctx->abortFlag = &testAbort;
+  ctx->boardWords = 4 * (2 + 2 * (size_t)nranks); /* as the arrival layer sizes it */
   *idsOut = ids;
   *pidsOut = pids;
   return papcclSuccess;

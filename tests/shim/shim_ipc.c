@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algo/algo.h"
-#include "comm/comm.h"
-#include "kernels/kernels.h"
+#include "algo.h"
+#include "comm.h"
+#include "kernels.h"
 #include "param.h"
 
 struct hostExec {
@@ -126,14 +126,14 @@ uint64_t papTestIpcSteps(void* comm) {
 
 int papTestIpcEligible(void* comm, size_t count, int datatype, int redop) {
   struct papComm* c = (struct papComm*)comm;
-  struct papOpDesc op;
-  memset(&op, 0, sizeof(op));
-  op.coll = PAP_COLL_ALLREDUCE;
-  op.count = count;
-  op.dtype = (papcclDataType_t)datatype;
-  op.avg = redop == papcclAvg;
-  op.preMul = redop > papcclAvg;
-  return papAlgoIpcEligible(&op, &c->engine);
+  struct papCall call;
+  memset(&call, 0, sizeof(call));
+  call.coll = PAP_COLL_ALLREDUCE;
+  call.count = count;
+  call.dtype = (papcclDataType_t)datatype;
+  call.avg = redop == papcclAvg;
+  call.preMul = redop > papcclAvg;
+  return papAlgoIpcEligible(&call, &c->engine);
 }
 
 int papTestIpcOn(void* comm) {

@@ -2,9 +2,9 @@
 /* Test shim for the host reduction kernels: forwards to kernels/kernels.h with plain types. */
 #include "tests/shim/shim_kernels.h"
 
-#include "kernels/kernels.h"
-#include "kernels/reduce_ops.h"
+#include "kernels.h"
 #include "log.h"
+#include "reduce_ops.h"
 
 #define PAP_TEST_KERN_SAME(a, b) _Static_assert((int)(a) == (int)(b), #a " != " #b)
 PAP_TEST_KERN_SAME(PAP_TEST_KERN_INT8, papcclInt8);

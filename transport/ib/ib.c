@@ -38,10 +38,10 @@
 #include "alloc.h"
 #include "check.h"
 #include "futex.h"
+#include "ib/ib.h"
 #include "log.h"
 #include "param.h"
 #include "socket.h"
-#include "transport/ib/ib.h"
 
 static papcclResult_t mrReg(void* arg, void* addr, size_t bytes, int access, void** mrOut) {
   struct ibState* st = (struct ibState*)arg;
@@ -344,6 +344,7 @@ static papcclResult_t ibInit(const struct papTransportCtx* ctx, void** stateOut)
   PAP_CHECK(papCalloc(&st, 1));
   st->rank = ctx->rank;
   st->nranks = ctx->nranks;
+  st->boardWords = ctx->boardWords;
   st->abortFlag = ctx->abortFlag;
   st->spinNs = ctx->spinNs;
   st->wakeFd = -1;
@@ -376,9 +377,9 @@ static papcclResult_t ibInit(const struct papTransportCtx* ctx, void** stateOut)
   if (st->rank == 0) {
     int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                  IBV_ACCESS_REMOTE_ATOMIC;
-    PAP_CHECK_GOTO(allocReg(st, papBoardWords(st->nranks) * sizeof(uint64_t), access,
-                            (void**)&st->board, &st->boardMr),
-                   res, fail);
+    PAP_CHECK_GOTO(
+        allocReg(st, st->boardWords * sizeof(uint64_t), access, (void**)&st->board, &st->boardMr),
+        res, fail);
     st->boardAddr = (uintptr_t)st->board;
     st->boardRkey = st->boardMr->rkey;
   }
@@ -626,7 +627,7 @@ static void ibWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct ibState* st = (struct ibState*)state;
   pthread_mutex_lock(&st->lock);
   papIbPollCq(st);
-  if (timeoutNs > 0 && !papSocketAborted(st->abortFlag) &&
+  if (timeoutNs > 0 && !papAborted(st->abortFlag) &&
       atomic_load_explicit(&st->bell, memory_order_acquire) == token)
     papIbSleepLocked(st, token, timeoutNs);
   pthread_mutex_unlock(&st->lock);
@@ -693,7 +694,7 @@ static void drainSends(struct ibState* st) {
       struct papConn* c = st->conns[p];
       busy = c && !c->dead && (c->sendHead != c->sendTail || c->writes > 0);
     }
-    if (!busy || papSocketAborted(st->abortFlag) || papNowNs() > deadline) break;
+    if (!busy || papAborted(st->abortFlag) || papNowNs() > deadline) break;
     papIbSleepLocked(st, tok, 1000000);
   }
   pthread_mutex_unlock(&st->lock);

@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ib/ib_parts.h"
 #include "papccl.h"
-#include "transport/ib/ib_parts.h"
-#include "transport/transport.h"
+#include "transport.h"
 
 #define IB_NCTRL 4 /* spare receive buffers per QP: CTS, credit, notify, one extra */
 #define IB_MAX_WRITES 4 /* RDMA write pieces in flight per QP */
@@ -99,6 +99,7 @@ struct papConn {
 struct ibState {
   int rank;
   int nranks;
+  size_t boardWords; /* the arrival board's size (rank 0 holds it) */
   const volatile int* abortFlag;
   int64_t spinNs; /* a wait may poll this long before it sleeps (0: the CPUs are shared) */
   pthread_mutex_t lock;

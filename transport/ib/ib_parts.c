@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The ib backend's pure parts: handle codec, QP state machine, credit rule, MR cache. */
-#include "transport/ib/ib_parts.h"
+#include "ib/ib_parts.h"
 
 #include <stdlib.h>
 #include <string.h>

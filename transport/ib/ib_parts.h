@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "papccl.h"
-#include "transport/transport.h"
+#include "transport.h"
 
 /* The backend's ops table (transport/ib/ib.c). */
 extern const struct papTransportOps papTransportIb;

@@ -28,10 +28,10 @@
 
 #include "check.h"
 #include "futex.h"
+#include "ib/ib.h"
 #include "log.h"
 #include "param.h"
 #include "socket.h"
-#include "transport/ib/ib.h"
 
 static void ring(struct ibState* st) {
   atomic_fetch_add_explicit(&st->bell, 1, memory_order_seq_cst);
@@ -522,24 +522,21 @@ static papcclResult_t atomicOp(struct ibState* st, struct papConn* c, enum ibv_w
   wr.wr.atomic.rkey = st->boardRkey;
   st->atomicDone = 0;
   PAP_CHECK(postSend(c, &wr));
-  uint64_t now = papNowNs();
-  uint64_t spinUntil = st->spinNs > 0 ? now + (uint64_t)st->spinNs : 0;
-  uint64_t deadline = now + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  struct papWait w;
+  papWaitInit(&w, "ib: an arrival board atomic", st->abortFlag, 1,
+              st->spinNs > 0 ? (uint64_t)st->spinNs : 0, 0);
+  w.abortRes = papcclRemoteError;
   while (st->atomicDone == 0) {
     uint32_t tok = atomic_load_explicit(&st->bell, memory_order_acquire);
     if (papIbPollCq(st) > 0) continue;
-    now = papNowNs();
-    if (papSocketAborted(st->abortFlag) || now > deadline) {
-      PAP_WARN("ib: an arrival board atomic did not complete (%s)",
-               papSocketAborted(st->abortFlag) ? "aborted" : "PAPCCL_TIMEOUT_S");
-      return papcclRemoteError;
-    }
-    if (now < spinUntil) {
-      pthread_mutex_unlock(&st->lock);
+    uint64_t now = papNowNs();
+    PAP_CHECK(papWaitCheck(&w, now));
+    if (papWaitInBudget(&w, now)) {
+      pthread_mutex_unlock(&st->lock); /* yield without the lock */
       sched_yield();
       pthread_mutex_lock(&st->lock);
     } else {
-      papIbSleepLocked(st, tok, 10000000);
+      papIbSleepLocked(st, tok, papWaitSlice(&w, now, 10000000));
     }
   }
   if (st->atomicDone < 0) return papcclRemoteError; /* the completion was logged */
@@ -554,8 +551,7 @@ papcclResult_t papIbBoardAtomicLocked(struct ibState* st, size_t idx, int op, ui
     PAP_WARN("ib: rank 0, which holds the arrival board, is unreachable");
     return papcclRemoteError;
   }
-  if (c == NULL || c->state != PAP_IB_QP_RTS || st->boardAddr == 0 ||
-      idx >= papBoardWords(st->nranks)) {
+  if (c == NULL || c->state != PAP_IB_QP_RTS || st->boardAddr == 0 || idx >= st->boardWords) {
     PAP_WARN("ib: arrival board word %zu is out of reach", idx);
     return papcclInternalError;
   }

@@ -15,9 +15,9 @@
 #include "futex.h"
 #include "log.h"
 #include "param.h"
+#include "shm/shm.h"
 #include "socket.h"
-#include "transport/shm/shm.h"
-#include "transport/transport.h"
+#include "transport.h"
 
 #define SHM_MAGIC 0x70617073686d3031ull /* "papshm01" */
 #define SHM_VERSION 2
@@ -69,7 +69,7 @@ struct shmSeg {
   struct shmBoard* board;
   struct shmFifo* fifos; /* [nranks] */
   struct shmMeta* metas; /* [nranks][nslots] */
-  _Atomic uint64_t* pap; /* papBoardWords(nranks) */
+  _Atomic uint64_t* pap; /* the arrival board: boardWords words */
   char* data; /* [nranks][nslots][slotSize] */
   char* staging;
 };
@@ -118,6 +118,7 @@ struct papConn {
 struct shmState {
   int rank;
   int nranks;
+  size_t boardWords; /* the arrival board's size (rank 0's segment holds it) */
   int nlocal;
   unsigned char key[16];
   uint32_t slotSize;
@@ -136,17 +137,19 @@ static size_t alignUp(size_t v, size_t a) {
   return (v + a - 1) & ~(a - 1);
 }
 
-static size_t segBytes(int nranks, uint32_t slotSize, uint32_t nslots, size_t staging) {
+static size_t segBytes(int nranks, size_t boardWords, uint32_t slotSize, uint32_t nslots,
+                       size_t staging) {
   size_t b = sizeof(struct shmHeader) + sizeof(struct shmBoard);
   b += (size_t)nranks * sizeof(struct shmFifo);
   b = alignUp(b + (size_t)nranks * nslots * sizeof(struct shmMeta), 64);
-  b = alignUp(b + papBoardWords(nranks) * sizeof(uint64_t), 4096);
+  b = alignUp(b + boardWords * sizeof(uint64_t), 4096);
   b += (size_t)nranks * nslots * slotSize;
   b = alignUp(b, 4096) + alignUp(staging, 4096);
   return b;
 }
 
-static void segLayout(struct shmSeg* s, int nranks, uint32_t slotSize, uint32_t nslots) {
+static void segLayout(struct shmSeg* s, int nranks, size_t boardWords, uint32_t slotSize,
+                      uint32_t nslots) {
   char* p = (char*)s->base;
   s->hdr = (struct shmHeader*)p;
   s->board = (struct shmBoard*)(p + sizeof(struct shmHeader));
@@ -154,7 +157,7 @@ static void segLayout(struct shmSeg* s, int nranks, uint32_t slotSize, uint32_t 
   s->metas = (struct shmMeta*)(s->fifos + nranks);
   size_t off = alignUp((size_t)((char*)(s->metas + (size_t)nranks * nslots) - p), 64);
   s->pap = (_Atomic uint64_t*)(p + off);
-  off = alignUp(off + papBoardWords(nranks) * sizeof(uint64_t), 4096);
+  off = alignUp(off + boardWords * sizeof(uint64_t), 4096);
   s->data = p + off;
   off = alignUp(off + (size_t)nranks * nslots * slotSize, 4096);
   s->staging = p + off;
@@ -178,6 +181,7 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   PAP_CHECK(papCalloc(&st, 1));
   st->rank = ctx->rank;
   st->nranks = ctx->nranks;
+  st->boardWords = ctx->boardWords;
   st->abortFlag = ctx->abortFlag;
   st->mypid = getpid();
   memcpy(st->key, ctx->key, 16);
@@ -206,7 +210,7 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   memcpy(st->pids, ctx->pids, sizeof(int) * (size_t)ctx->nranks);
 
   segName(st->name, sizeof(st->name), st->key, st->rank);
-  size_t bytes = segBytes(st->nranks, st->slotSize, st->nslots, st->stagingSize);
+  size_t bytes = segBytes(st->nranks, st->boardWords, st->slotSize, st->nslots, st->stagingSize);
   fd = shm_open(st->name, O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
     PAP_WARN("shm_open %s failed: %s", st->name, strerror(errno));
@@ -229,7 +233,7 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   fd = -1;
   st->self.base = base;
   st->self.bytes = bytes;
-  segLayout(&st->self, st->nranks, st->slotSize, st->nslots);
+  segLayout(&st->self, st->nranks, st->boardWords, st->slotSize, st->nslots);
   struct shmHeader* h = st->self.hdr;
   h->version = SHM_VERSION;
   h->nranks = (uint32_t)st->nranks;
@@ -310,7 +314,7 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
     res = papcclSystemError;
     goto out_free;
   }
-  size_t bytes = segBytes(st->nranks, st->slotSize, st->nslots, st->stagingSize);
+  size_t bytes = segBytes(st->nranks, st->boardWords, st->slotSize, st->nslots, st->stagingSize);
   struct stat sb;
   if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != bytes) {
     PAP_WARN(
@@ -330,7 +334,7 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
   }
   c->peerSeg.base = base;
   c->peerSeg.bytes = bytes;
-  segLayout(&c->peerSeg, st->nranks, st->slotSize, st->nslots);
+  segLayout(&c->peerSeg, st->nranks, st->boardWords, st->slotSize, st->nslots);
   struct shmHeader* h = c->peerSeg.hdr;
   if (papShmCheckHeader(h, st->nranks, peer) != 0) {
     PAP_WARN("peer %d segment %s is not a papccl segment of this communicator", peer, c->name);
@@ -599,7 +603,7 @@ static uint32_t shmWaitToken(void* state) {
 static void shmWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct shmState* st = (struct shmState*)state;
   struct shmBoard* b = st->self.board;
-  if (timeoutNs > 0 && !papSocketAborted(st->abortFlag))
+  if (timeoutNs > 0 && !papAborted(st->abortFlag))
     papFutexWait((uint32_t*)&b->bell, token, timeoutNs);
   atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
 }
@@ -623,7 +627,7 @@ static papcclResult_t shmBoardAtomic(void* state, size_t idx, int op, uint64_t v
                                      uint64_t* oldOut) {
   struct shmState* st = (struct shmState*)state;
   struct shmSeg* seg = st->rank == 0 ? &st->self : st->conns[0] ? &st->conns[0]->peerSeg : NULL;
-  if (seg == NULL || idx >= papBoardWords(st->nranks)) {
+  if (seg == NULL || idx >= st->boardWords) {
     PAP_WARN("shm: arrival board word %zu is out of reach (rank 0 %s)", idx,
              seg ? "mapped" : "not mapped");
     return papcclInternalError;

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "transport/transport.h"
+#include "transport.h"
 
 #define PAP_SHM_HEADER_BYTES 72 /* struct shmHeader: the start of every segment */
 #define PAP_SHM_META_BYTES 16 /* struct shmMeta: tag u64, bytes u32, pad u32 (host order) */

@@ -30,8 +30,8 @@
 #include "log.h"
 #include "param.h"
 #include "socket.h"
-#include "transport/transport.h"
-#include "transport/ucx/ucx.h"
+#include "transport.h"
+#include "ucx/ucx.h"
 
 #define UCX_HANDLE_MAGIC 0x7061707563783031ull /* "papucx01" */
 #define UCX_AM_WAKE 7 /* active message id: "something changed for you" */
@@ -70,6 +70,7 @@ struct papConn {
 struct ucxState {
   int rank;
   int nranks;
+  size_t boardWords; /* the arrival board's size (rank 0 holds it) */
   const volatile int* abortFlag;
   int64_t spinNs;
   ucp_context_h ctx;
@@ -177,6 +178,7 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
   PAP_CHECK(papCalloc(&st, 1));
   st->rank = ctx->rank;
   st->nranks = ctx->nranks;
+  st->boardWords = ctx->boardWords;
   st->abortFlag = ctx->abortFlag;
   st->spinNs = ctx->spinNs;
   st->efd = st->wakeFd = -1;
@@ -247,7 +249,7 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
     goto fail;
   }
   if (st->rank == 0) {
-    size_t bytes = papBoardWords(st->nranks) * sizeof(uint64_t);
+    size_t bytes = st->boardWords * sizeof(uint64_t);
     ucp_mem_map_params_t mp;
     memset(&mp, 0, sizeof(mp));
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
@@ -526,7 +528,7 @@ static uint32_t ucxWaitToken(void* state) {
 static void ucxWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct ucxState* st = (struct ucxState*)state;
   ucxDrain(st); /* completions ring the bell */
-  if (timeoutNs <= 0 || papSocketAborted(st->abortFlag)) return;
+  if (timeoutNs <= 0 || papAborted(st->abortFlag)) return;
   if (atomic_load_explicit(&st->bell, memory_order_acquire) != token) return;
   /* One thread at a time arms the worker and sleeps on its event fd (the poller); the
    * others sleep on the eventfd only. Two threads arming and progressing one worker lose
@@ -595,11 +597,14 @@ static void* ucxStaging(void* state, int r, size_t* sizeOut) {
 static papcclResult_t ucxWaitRequest(struct ucxState* st, ucs_status_ptr_t req, const char* what) {
   if (req == NULL) return papcclSuccess;
   if (UCS_PTR_IS_ERR(req)) return ucxFail(what, UCS_PTR_STATUS(req));
-  uint64_t now = papNowNs();
-  uint64_t deadline = now + (uint64_t)papParamTimeoutS() * 1000000000ull;
+  char whatBuf[96];
+  snprintf(whatBuf, sizeof(whatBuf), "ucx: %s", what);
   /* A reply usually comes within a network round trip: poll that long before sleeping (a
    * wake-up from poll() costs more than the round trip itself). */
-  uint64_t spinUntil = st->spinNs > 0 ? now + (uint64_t)st->spinNs : 0;
+  struct papWait w;
+  papWaitInit(&w, whatBuf, st->abortFlag, 1, st->spinNs > 0 ? (uint64_t)st->spinNs : 0, 0);
+  w.abortRes = papcclRemoteError;
+  int spinning = st->spinNs > 0;
   ucs_status_t s;
   for (unsigned i = 0;; i++) {
     uint32_t tok = atomic_load_explicit(&st->bell, memory_order_acquire);
@@ -607,21 +612,21 @@ static papcclResult_t ucxWaitRequest(struct ucxState* st, ucs_status_ptr_t req, 
     s = ucp_request_check_status(req);
     pthread_mutex_unlock(&st->wlock);
     if (s != UCS_INPROGRESS) break;
-    if (spinUntil && ((i & 15) != 15 || papNowNs() < spinUntil)) {
+    if (spinning && ((i & 15) != 15 || papWaitInBudget(&w, papNowNs()))) {
       progressOnce(st);
       continue;
     }
-    spinUntil = 0;
-    if (papSocketAborted(st->abortFlag) || papNowNs() > deadline) {
+    spinning = 0;
+    uint64_t now = papNowNs();
+    papcclResult_t res = papWaitCheck(&w, now);
+    if (res != papcclSuccess) {
       pthread_mutex_lock(&st->wlock);
       ucp_request_cancel(st->worker, req);
       ucp_request_free(req);
       pthread_mutex_unlock(&st->wlock);
-      PAP_WARN("ucx: %s did not complete (%s)", what,
-               papSocketAborted(st->abortFlag) ? "aborted" : "PAPCCL_TIMEOUT_S");
-      return papcclRemoteError;
+      return res;
     }
-    ucxWait(st, tok, 10000000); /* the reply's callback rings the bell */
+    ucxWait(st, tok, papWaitSlice(&w, now, 10000000)); /* the reply's callback rings the bell */
   }
   pthread_mutex_lock(&st->wlock);
   ucp_request_free(req);
@@ -650,7 +655,7 @@ static ucs_status_ptr_t postBoardAtomic(struct ucxState* st, ucp_atomic_op_t op,
 static papcclResult_t ucxBoardAtomic(void* state, size_t idx, int op, uint64_t val, uint64_t cmp,
                                      uint64_t* oldOut) {
   struct ucxState* st = (struct ucxState*)state;
-  if (st->conns[0] == NULL || st->boardRkey == NULL || idx >= papBoardWords(st->nranks)) {
+  if (st->conns[0] == NULL || st->boardRkey == NULL || idx >= st->boardWords) {
     PAP_WARN("ucx: arrival board word %zu is out of reach", idx);
     return papcclInternalError;
   }
@@ -688,7 +693,7 @@ static papcclResult_t ucxBoardAtomic(void* state, size_t idx, int op, uint64_t v
  * UCX serves gets over TCP far slower than atomics: milliseconds here.) */
 static papcclResult_t ucxBoardRead(void* state, size_t idx, size_t count, uint64_t* out) {
   struct ucxState* st = (struct ucxState*)state;
-  if (st->conns[0] == NULL || st->boardRkey == NULL || idx + count > papBoardWords(st->nranks)) {
+  if (st->conns[0] == NULL || st->boardRkey == NULL || idx + count > st->boardWords) {
     PAP_WARN("ucx: arrival board words %zu..%zu are out of reach", idx, idx + count);
     return papcclInternalError;
   }

@@ -1,68 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The progress engine: operations become plans of chunk steps with dependencies, which the
  * engine executes over the transport, posting whatever is ready, several chunks in flight. */
-#ifndef PAPCCL_PROXY_ENGINE_H_
-#define PAPCCL_PROXY_ENGINE_H_
+#ifndef PAPCCL_ENGINE_ENGINE_H_
+#define PAPCCL_ENGINE_ENGINE_H_
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/kernels.h"
-#include "pap/pap.h"
+#include "kernels.h"
 #include "papccl.h"
-#include "transport/transport.h"
-
-enum papColl {
-  PAP_COLL_ALLREDUCE = 0,
-  PAP_COLL_BROADCAST,
-  PAP_COLL_REDUCE,
-  PAP_COLL_ALLGATHER,
-  PAP_COLL_REDUCESCATTER,
-  PAP_COLL_ALLTOALL,
-  PAP_COLL_GATHER,
-  PAP_COLL_SCATTER,
-  PAP_COLL_SEND,
-  PAP_COLL_RECV,
-  PAP_COLL_COUNT
-};
-
-/* One validated API call. */
-struct CUstream_st;
-
-struct papOpDesc {
-  struct papComm* comm;
-  int coll;
-  const void* sendbuff;
-  void* recvbuff;
-  size_t count;
-  papcclDataType_t dtype;
-  papcclRedOp_t op;
-  enum papRedKind red; /* element-wise kernel op */
-  int avg; /* divide by nranks at the end */
-  int preMul; /* scale the input by scalar first */
-  unsigned char scalar[8];
-  int root; /* or peer for send/recv */
-  uint64_t seq; /* collective sequence number, or p2p message number */
-  uint64_t cseq; /* collectives: the 64-bit count of collectives before this one */
-  void* tmp; /* owned: scaled input for pre-multiplied sum */
-  /* Fixed before planning, identical on every rank (allreduce). */
-  int algo; /* enum papAlgo */
-  int nE; /* AC2S, small: early ranks (block owners) */
-  int pred; /* chain: rank at the previous arrival position, or -1 */
-  const int32_t* owners; /* AC2S: owner of block j, in arrival order */
-  struct papArrival arr;
-  /* Device buffers (src/cuda/device.c): the op runs in the order of `stream` on pinned
-   * staging copies of the user's buffers. */
-  struct CUstream_st* stream;
-  int onDevice;
-  const void* userSend; /* the user's buffers while sendbuff/recvbuff point at staging */
-  void* userRecv;
-  size_t sendBytes; /* bytes of sendbuff/recvbuff this rank reads/writes (0: not used) */
-  size_t recvBytes;
-  int sendOnGpu; /* that buffer is device or managed memory (staged); else used directly */
-  int recvOnGpu;
-  int direct; /* device op on the CUDA IPC allreduce: the user's buffers, no staging */
-};
+#include "transport.h"
 
 enum papStepKind {
   PAP_STEP_SEND = 1,
@@ -106,7 +53,7 @@ struct papStep {
   void* devReq; /* DCOPY/DREDUCE: the device's handle while posted (an event) */
 };
 
-/* Executes DCOPY/DREDUCE steps (src/cuda/ipc.c: CUDA copies and kernels on an internal
+/* Executes DCOPY/DREDUCE steps (the CUDA layer: CUDA copies and kernels on an internal
  * stream). post enqueues the work and sets s->devReq; test sets *doneOut once it is finished
  * (and releases devReq); drop releases devReq of a step abandoned by a failed plan, after
  * quiesce (optional) has waited until no posted work touches any buffer any more. Steps of
@@ -119,7 +66,7 @@ struct papDevStepOps {
 };
 
 /* Direct device memory among the ranks (all on one host), for the IPC allreduce
- * (src/algo/ipc.c). Each rank has an arena of `bytes` (the same on every rank): the first
+ * (the IPC planners). Each rank has an arena of `bytes` (the same on every rank): the first
  * half takes its input, the second half the blocks it reduces; arena[p] is rank p's arena as
  * this process addresses it (mapped through CUDA IPC). */
 struct papDevView {
@@ -228,4 +175,4 @@ static inline int papEngineDone(const struct papEngine* e) {
   return e->first >= e->nsteps && !e->pending;
 }
 
-#endif /* PAPCCL_PROXY_ENGINE_H_ */
+#endif /* PAPCCL_ENGINE_ENGINE_H_ */

@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Groups: thread-local nesting; calls inside are collected and run at the outermost end. */
+/* Submission of validated calls: run now on the calling thread (blocking comm), queue for
+ * the progress thread (non-blocking comm), enqueue on a CUDA stream (device buffers), or
+ * keep for the end of the group (thread-local nesting; calls inside are collected and run
+ * at the outermost end). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
+#include "api.h"
 #include "check.h"
-#include "cuda/device.h"
-#include "enqueue/enqueue.h"
+#include "device.h"
+#include "enqueue.h"
+#include "futex.h"
 #include "log.h"
 
 struct groupInit {
@@ -198,4 +203,35 @@ PAPCCL_API papcclResult_t papcclGroupEnd(void) {
   if (nops && res == papcclSuccess) res = submitOps(ops, nops);
   free(ops);
   return res;
+}
+
+papcclResult_t papEnqueue(struct papOpDesc* op) {
+  struct papComm* comm = op->comm;
+  if (op->call.coll == PAP_COLL_SEND)
+    op->call.seq = comm->p2pSendCount[op->call.root]++ | (1ull << 31);
+  else if (op->call.coll == PAP_COLL_RECV)
+    op->call.seq = comm->p2pRecvCount[op->call.root]++ | (1ull << 31);
+  else {
+    op->call.cseq = comm->collSeq++;
+    op->call.seq = op->call.cseq & 0x7fffffffull;
+  }
+  op->arr.tArr = papNowNs(); /* the rank arrives when it calls (host buffers) */
+  if (papGroupDepth() > 0) return papGroupAddOp(op);
+  if (op->onDevice) return papDeviceSubmit(comm, op, 1);
+  /* Host buffers run now; device ops queued before them on this comm go first, so that
+   * every rank runs the comm's collectives in call order. */
+  if (comm->blocking && comm->dev) papCommWaitPendingJobs(comm);
+  if (!comm->blocking) {
+    struct papJob* job = NULL;
+    if (papCalloc(&job, 1) != papcclSuccess || papCalloc(&job->ops, 1) != papcclSuccess) {
+      free(job);
+      papCommSetError(comm, papcclSystemError); /* the op took its number */
+      return papcclSystemError;
+    }
+    job->kind = PAP_JOB_OPS;
+    job->nops = 1;
+    job->ops[0] = *op;
+    return papProgressSubmit(comm, job);
+  }
+  return papRunOps(op, 1);
 }

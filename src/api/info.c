@@ -3,32 +3,26 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "bootstrap/bootstrap.h"
+#include "bootstrap.h"
 #include "check.h"
-#include "comm/comm.h"
-#include "kernels/kernels.h"
+#include "api.h"
+#include "pap.h"
+#include "kernels.h"
 #include "log.h"
 
-#define PAP_RESULT_LIST(X) \
-  X(papcclSuccess, "no error") \
-  X(papcclUnhandledCudaError, "unhandled cuda error (run with PAPCCL_DEBUG=INFO for details)") \
-  X(papcclSystemError, "unhandled system error (run with PAPCCL_DEBUG=INFO for details)") \
-  X(papcclInternalError, "internal error - please report this issue to the papccl developers") \
-  X(papcclInvalidArgument, "invalid argument (run with PAPCCL_DEBUG=WARN for details)") \
-  X(papcclInvalidUsage, "invalid usage (run with PAPCCL_DEBUG=WARN for details)") \
-  X(papcclRemoteError, "remote process exited or there was a network error") \
-  X(papcclInProgress, "papccl operation in progress")
-
 PAPCCL_API const char* papcclGetErrorString(papcclResult_t result) {
-#define PAP_RESULT_CASE(code, text) \
-  case code: \
-    return text;
-  switch (result) {
-    PAP_RESULT_LIST(PAP_RESULT_CASE)
-  default:
-    return "unknown result code";
-  }
-#undef PAP_RESULT_CASE
+  return papResultString(result);
+}
+
+PAPCCL_API papcclResult_t papcclCommGetPapStats(papcclComm_t comm, papcclPapStats* stats) {
+  PAP_CHECK(papCommEnter(comm, "papcclCommGetPapStats"));
+  papcclResult_t res = papcclInvalidArgument;
+  if (stats == NULL)
+    PAP_WARN("papcclCommGetPapStats: stats is NULL");
+  else
+    res = papPapStatsGet(comm, stats);
+  papCommLeave(comm);
+  return res;
 }
 
 PAPCCL_API papcclResult_t papcclGetVersion(int* version) {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Plan building and execution: chunk steps with dependencies over the transport. */
-#include "proxy/engine.h"
+#include "engine.h"
 
 #include <stdlib.h>
 #include <string.h>

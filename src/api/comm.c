@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Communicator lifecycle: init (rank, config, all, grouped), split, finalize, destroy,
  * abort, queries, and the API-edge validity check. */
-#include "comm/comm.h"
+#include "api.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -10,14 +10,14 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "bootstrap/bootstrap.h"
+#include "bootstrap.h"
 #include "check.h"
-#include "cuda/device.h"
-#include "enqueue/enqueue.h"
+#include "device.h"
+#include "enqueue.h"
 #include "fault.h"
 #include "futex.h"
 #include "log.h"
-#include "pap/pap.h"
+#include "pap.h"
 #include "param.h"
 
 /* ---- Tombstones: destroyed comm shells stay readable (magic DEAD) for a while ----------- */
@@ -209,6 +209,7 @@ static papcclResult_t commSetup(struct papComm* comm) {
       .pids = comm->pids,
       .abortFlag = (const volatile int*)&comm->abortFlag,
       .spinNs = comm->oversubscribed ? 0 : papParamSpinUs() * 1000,
+      .boardWords = papBoardWords(comm->nranks),
   };
   /* One backend serves every peer: shm within a host, UCX when the ranks span hosts. */
   comm->tops = papTransportSelect(&ctx);
@@ -250,18 +251,18 @@ static papcclResult_t commSetup(struct papComm* comm) {
   PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, handles, hb), res, out);
   for (int p = 0; p < n; p++) {
     if (p == comm->rank) continue;
-    uint64_t deadline = papNowNs() + (uint64_t)papParamTimeoutS() * 1000000000ull;
+    char what[64];
+    snprintf(what, sizeof(what), "rank %d connecting to peer %d", comm->rank, p);
+    struct papWait w;
+    papWaitInit(&w, what, (const volatile int*)&comm->abortFlag, 1, ctx.spinNs, 100000);
     while (comm->conns[p] == NULL) {
       PAP_CHECK_GOTO(
           comm->tops->connect(comm->tstate, p, handles + (size_t)p * hb, &comm->conns[p]), res,
           out);
       if (comm->conns[p] == NULL) {
-        if (papNowNs() > deadline) {
-          PAP_WARN("connecting to peer %d timed out", p);
-          res = papcclRemoteError;
-          goto out;
-        }
-        sched_yield();
+        uint64_t now = papNowNs();
+        PAP_CHECK_GOTO(papWaitCheck(&w, now), res, out);
+        if (!papWaitSpin(&w, now)) papWaitSleep(&w);
       }
     }
   }
@@ -282,7 +283,7 @@ out:
 
 /* Frees everything but the shell. Safe on a partly set up comm. */
 static void commTeardown(struct papComm* comm) {
-  papHierFree(comm, atomic_load_explicit(&comm->abortFlag, memory_order_acquire));
+  papHierFree(comm, papCommAborted(comm));
   papProgressStop(comm);
   papDeviceCommFree(comm);
   papIpcCommFree(comm);
@@ -323,6 +324,11 @@ papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueI
 }
 
 /* ---- Public lifecycle ------------------------------------------------------------------ */
+
+/* The progress thread's run of a non-blocking init (its result is the comm's state). */
+static papcclResult_t initJobRun(struct papComm* comm, struct papJob* job) {
+  return papCommInitRankInternal(comm, &job->id);
+}
 
 static papcclResult_t checkInitArgs(const char* fn, papcclComm_t* comm, int nranks, int rank,
                                     const papcclUniqueId* id, const papcclConfig_t* config) {
@@ -388,6 +394,7 @@ PAPCCL_API papcclResult_t papcclCommInitRankConfig(papcclComm_t* newcomm, int nr
       return res;
     }
     job->kind = PAP_JOB_INIT;
+    job->run = initJobRun;
     job->id = commId;
     *newcomm = comm;
     return papProgressSubmit(comm, job);
@@ -481,20 +488,14 @@ out_args:
   return res;
 }
 
-/* Waits for the progress thread to finish the queued non-blocking work. */
-void papCommWaitPendingJobs(struct papComm* comm) {
-  while (atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0) {
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-  }
-}
-
-/* Drains other threads' calls (the caller's own call is counted too). */
+/* Drains other threads' calls (the caller's own call is counted too). No deadline: each of
+ * those calls ends within its own (the abort flag is set, or the comm is dead). */
 static void waitCallsDrained(struct papComm* comm) {
+  struct papWait w;
+  papWaitInit(&w, "destroy waiting for the comm's calls in flight", NULL, 0, 0, 200000);
   while (atomic_load_explicit(&comm->activeCalls, memory_order_seq_cst) > 1) {
     if (comm->tstate) comm->tops->wake(comm->tstate);
-    struct timespec ts = {0, 200000};
-    nanosleep(&ts, NULL);
+    papWaitSleep(&w);
   }
 }
 
@@ -518,7 +519,7 @@ PAPCCL_API papcclResult_t papcclCommFinalize(papcclComm_t comm) {
   res = (papcclResult_t)atomic_load_explicit(&comm->asyncError, memory_order_acquire);
   if (res != papcclSuccess) {
     PAP_WARN("papcclCommFinalize: communicator has error %d (%s); destroy or abort it", res,
-             papcclGetErrorString(res));
+             papResultString(res));
     goto out;
   }
   res = papHierFinalize(comm);

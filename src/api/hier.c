@@ -18,9 +18,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api.h"
 #include "check.h"
-#include "comm/comm.h"
-#include "enqueue/enqueue.h"
+#include "enqueue.h"
 #include "log.h"
 #include "param.h"
 
@@ -58,7 +58,7 @@ papcclResult_t papHierSetup(struct papComm* comm) {
                           &comm->hierLeaders, &cfg);
   papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
   if (res != papcclSuccess) {
-    PAP_WARN("cannot set up the host hierarchy (%d hosts): %s", nhosts, papcclGetErrorString(res));
+    PAP_WARN("cannot set up the host hierarchy (%d hosts): %s", nhosts, papResultString(res));
     papHierFree(comm, 1);
     return res;
   }
@@ -109,7 +109,7 @@ papcclResult_t papHierAsyncError(struct papComm* comm) {
 
 int papHierApplies(const struct papOpDesc* d, papcclRedOp_t op) {
   const struct papComm* comm = d->comm;
-  if (comm->hierLocal == NULL || d->coll != PAP_COLL_ALLREDUCE || d->count == 0) return 0;
+  if (comm->hierLocal == NULL || d->call.coll != PAP_COLL_ALLREDUCE || d->call.count == 0) return 0;
   /* Non-blocking comms and groups need the whole call queued as one; averages and
    * pre-multiplied sums would be scaled per level; deterministic mode fixes one order. */
   if (!comm->blocking || papGroupDepth() > 0 || papParamDeterministic()) return 0;
@@ -130,14 +130,14 @@ papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op) {
   struct papComm* comm = d->comm;
   struct papComm* local = comm->hierLocal;
   papcclResult_t res =
-      papcclReduce(d->sendbuff, d->recvbuff, d->count, d->dtype, op, 0, local, d->stream);
+      papcclReduce(d->call.sendbuff, d->call.recvbuff, d->call.count, d->call.dtype, op, 0, local, d->stream);
   PAP_CHECK(innerResult(comm, local, res));
   if (comm->hierLeaders) {
-    res = papcclAllReduce(d->recvbuff, d->recvbuff, d->count, d->dtype, op, comm->hierLeaders,
+    res = papcclAllReduce(d->call.recvbuff, d->call.recvbuff, d->call.count, d->call.dtype, op, comm->hierLeaders,
                           d->stream);
     PAP_CHECK(innerResult(comm, comm->hierLeaders, res));
   }
-  res = papcclBroadcast(d->recvbuff, d->recvbuff, d->count, d->dtype, 0, local, d->stream);
+  res = papcclBroadcast(d->call.recvbuff, d->call.recvbuff, d->call.count, d->call.dtype, 0, local, d->stream);
   PAP_CHECK(innerResult(comm, local, res));
   atomic_fetch_add_explicit(&comm->hierOps, 1, memory_order_relaxed);
   papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));

@@ -6,23 +6,16 @@
 #include <string.h>
 
 #include "check.h"
-#include "comm/comm.h"
-#include "cuda/device.h"
-#include "enqueue/enqueue.h"
+#include "comm.h"
+#include "enqueue.h"
 #include "futex.h"
 #include "log.h"
+#include "wait.h"
 
 static void runJob(struct papComm* comm, struct papJob* job) {
-  papcclResult_t res;
-  if (job->kind == PAP_JOB_INIT) {
-    res = papCommInitRankInternal(comm, &job->id);
-  } else if (job->kind == PAP_JOB_DEVICE) {
-    res = papDeviceRunJob(comm, job);
-    if (res != papcclSuccess) papCommSetError(comm, res);
-  } else {
-    res = papRunOps(job->ops, job->nops);
-    if (res != papcclSuccess) papCommSetError(comm, res);
-  }
+  /* An init job records its result itself (the comm is not usable before it ends). */
+  papcclResult_t res = job->run ? job->run(comm, job) : papRunOps(job->ops, job->nops);
+  if (res != papcclSuccess && job->kind != PAP_JOB_INIT) papCommSetError(comm, res);
   papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
   free(job->ops);
   free(job);
@@ -101,7 +94,7 @@ papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job) {
     /* The comm is being torn down: the job will never run. A device job still releases
      * its stream. */
     pthread_mutex_unlock(&comm->jobLock);
-    if (device) papDeviceDropJob(comm, job);
+    if (job->drop) job->drop(comm, job);
     free(job->ops);
     free(job);
     PAP_WARN("operation submitted while the communicator is being destroyed or aborted");
@@ -139,11 +132,19 @@ void papProgressStop(struct papComm* comm) {
     struct papJob* j = comm->jobHead;
     comm->jobHead = j->next;
     int device = j->kind == PAP_JOB_DEVICE;
-    if (device) papDeviceDropJob(comm, j); /* release its stream */
+    if (j->drop) j->drop(comm, j); /* a device job releases its stream */
     free(j->ops);
     free(j);
     atomic_fetch_sub_explicit(&comm->pendingJobs, 1, memory_order_release);
     if (!device) atomic_fetch_sub_explicit(&comm->pendingHostJobs, 1, memory_order_release);
   }
   comm->jobTail = NULL;
+}
+
+void papCommWaitPendingJobs(struct papComm* comm) {
+  /* No deadline: every job ends within its own, or at the abort. */
+  struct papWait w;
+  papWaitInit(&w, "waiting for the progress thread's jobs", NULL, 0, 0, 100000);
+  while (atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) > 0)
+    papWaitSleep(&w);
 }

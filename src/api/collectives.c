@@ -2,10 +2,11 @@
 /* The public collective and point-to-point entry points: validate, describe, enqueue. */
 #include <string.h>
 
+#include "api.h"
 #include "check.h"
-#include "cuda/device.h"
-#include "enqueue/enqueue.h"
-#include "kernels/kernels.h"
+#include "device.h"
+#include "enqueue.h"
+#include "kernels.h"
 #include "log.h"
 
 #define NR ((size_t)-1) /* "nranks times count" */
@@ -31,30 +32,30 @@ static papcclResult_t collCommon(struct papOpDesc* d, const char* fn, int reduce
     res = papcclInvalidUsage;
     goto out;
   }
-  PAP_CHECK_GOTO(papArgCheckType(fn, d->dtype), res, out);
-  if (reduces) PAP_CHECK_GOTO(papArgCheckOp(comm, fn, op, d->dtype, d), res, out);
-  int needsRoot = d->coll == PAP_COLL_BROADCAST || d->coll == PAP_COLL_REDUCE ||
-                  d->coll == PAP_COLL_GATHER || d->coll == PAP_COLL_SCATTER;
-  int isP2p = d->coll == PAP_COLL_SEND || d->coll == PAP_COLL_RECV;
-  if (needsRoot) PAP_CHECK_GOTO(papArgCheckRank(comm, fn, "root", d->root), res, out);
-  if (isP2p) PAP_CHECK_GOTO(papArgCheckRank(comm, fn, "peer", d->root), res, out);
-  int isRoot = comm->rank == d->root;
+  PAP_CHECK_GOTO(papArgCheckType(fn, d->call.dtype), res, out);
+  if (reduces) PAP_CHECK_GOTO(papArgCheckOp(comm, fn, op, d->call.dtype, d), res, out);
+  int needsRoot = d->call.coll == PAP_COLL_BROADCAST || d->call.coll == PAP_COLL_REDUCE ||
+                  d->call.coll == PAP_COLL_GATHER || d->call.coll == PAP_COLL_SCATTER;
+  int isP2p = d->call.coll == PAP_COLL_SEND || d->call.coll == PAP_COLL_RECV;
+  if (needsRoot) PAP_CHECK_GOTO(papArgCheckRank(comm, fn, "root", d->call.root), res, out);
+  if (isP2p) PAP_CHECK_GOTO(papArgCheckRank(comm, fn, "peer", d->call.root), res, out);
+  int isRoot = comm->rank == d->call.root;
   if (sendMult == NR) sendMult = (size_t)comm->nranks;
   if (recvMult == NR) recvMult = (size_t)comm->nranks;
   /* The size check applies on every rank (a non-root's share of an impossible op is as
    * bad); the NULL check only where the buffer is used. */
   size_t maxMult = sendMult > recvMult ? sendMult : recvMult;
-  if (maxMult) PAP_CHECK_GOTO(papArgCheckCount(fn, d->count, d->dtype, maxMult), res, out);
+  if (maxMult) PAP_CHECK_GOTO(papArgCheckCount(fn, d->call.count, d->call.dtype, maxMult), res, out);
   if (sendMult && (!sendOnRootOnly || isRoot))
-    PAP_CHECK_GOTO(papArgCheckBuf(fn, "sendbuff", d->sendbuff, d->count, d->dtype, sendMult), res,
+    PAP_CHECK_GOTO(papArgCheckBuf(fn, "sendbuff", d->call.sendbuff, d->call.count, d->call.dtype, sendMult), res,
                    out);
   if (recvMult && (!recvOnRootOnly || isRoot))
-    PAP_CHECK_GOTO(papArgCheckBuf(fn, "recvbuff", d->recvbuff, d->count, d->dtype, recvMult), res,
+    PAP_CHECK_GOTO(papArgCheckBuf(fn, "recvbuff", d->call.recvbuff, d->call.count, d->call.dtype, recvMult), res,
                    out);
   if (papDeviceAvailable()) {
-    size_t esz = papKernTypeSize(d->dtype);
-    d->sendBytes = sendMult && (!sendOnRootOnly || isRoot) ? d->count * esz * sendMult : 0;
-    d->recvBytes = recvMult && (!recvOnRootOnly || isRoot) ? d->count * esz * recvMult : 0;
+    size_t esz = papKernTypeSize(d->call.dtype);
+    d->sendBytes = sendMult && (!sendOnRootOnly || isRoot) ? d->call.count * esz * sendMult : 0;
+    d->recvBytes = recvMult && (!recvOnRootOnly || isRoot) ? d->call.count * esz * recvMult : 0;
     d->onDevice = papDeviceOpNeedsStream(d);
     if (d->onDevice) PAP_CHECK_GOTO(papDeviceCheckStream(comm, d->stream), res, out);
   }
@@ -73,12 +74,12 @@ static void describe(struct papOpDesc* d, papcclComm_t comm, int coll, const voi
   memset(d, 0, sizeof(*d));
   d->stream = stream;
   d->comm = comm;
-  d->coll = coll;
-  d->sendbuff = sendbuff;
-  d->recvbuff = recvbuff;
-  d->count = count;
-  d->dtype = dtype;
-  d->root = root;
+  d->call.coll = coll;
+  d->call.sendbuff = sendbuff;
+  d->call.recvbuff = recvbuff;
+  d->call.count = count;
+  d->call.dtype = dtype;
+  d->call.root = root;
 }
 
 PAPCCL_API papcclResult_t papcclAllReduce(const void* sendbuff, void* recvbuff, size_t count,

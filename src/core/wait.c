@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "wait.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include "futex.h"
+#include "log.h"
+#include "param.h"
+
+#define PAP_WAIT_HEALTH_NS 100000000ull /* peers' health, every 100 ms */
+#define PAP_WAIT_FIRST_SLEEP_NS 2000
+
+void papWaitInit(struct papWait* w, const char* what, const volatile int* abortFlag, int timed,
+                 uint64_t spinNs, long maxSleepNs) {
+  uint64_t now = papNowNs();
+  w->what = what;
+  w->hint = "";
+  w->abortFlag = abortFlag;
+  w->deadline = timed ? now + (uint64_t)papParamTimeoutS() * 1000000000ull : 0;
+  w->spinNs = spinNs;
+  w->spinUntil = now + spinNs;
+  w->nextHealth = now + PAP_WAIT_HEALTH_NS;
+  w->sleepNs = PAP_WAIT_FIRST_SLEEP_NS;
+  w->maxSleepNs = maxSleepNs > PAP_WAIT_FIRST_SLEEP_NS ? maxSleepNs : PAP_WAIT_FIRST_SLEEP_NS;
+  w->abortRes = papcclInvalidUsage;
+  w->timeoutRes = papcclRemoteError;
+}
+
+papcclResult_t papWaitCheck(struct papWait* w, uint64_t now) {
+  if (papAborted(w->abortFlag)) {
+    PAP_WARN("%s: cancelled, the communicator was aborted", w->what);
+    return w->abortRes;
+  }
+  if (w->deadline != 0 && now >= w->deadline) {
+    PAP_WARN("%s: timed out after %lld s (PAPCCL_TIMEOUT_S)%s", w->what,
+             (long long)papParamTimeoutS(), w->hint);
+    return w->timeoutRes;
+  }
+  return papcclSuccess;
+}
+
+int papWaitHealthDue(struct papWait* w, uint64_t now) {
+  if (now < w->nextHealth) return 0;
+  w->nextHealth = now + PAP_WAIT_HEALTH_NS;
+  return 1;
+}
+
+void papWaitProgressed(struct papWait* w, uint64_t now) {
+  w->spinUntil = now + w->spinNs;
+  w->sleepNs = PAP_WAIT_FIRST_SLEEP_NS;
+}
+
+int papWaitSpin(struct papWait* w, uint64_t now) {
+  if (now >= w->spinUntil) return 0;
+  sched_yield();
+  return 1;
+}
+
+void papWaitSleep(struct papWait* w) {
+  struct timespec ts = {0, w->sleepNs};
+  nanosleep(&ts, NULL);
+  if (w->sleepNs < w->maxSleepNs) {
+    w->sleepNs *= 2;
+    if (w->sleepNs > w->maxSleepNs) w->sleepNs = w->maxSleepNs;
+  }
+}
+
+int64_t papWaitSlice(const struct papWait* w, uint64_t now, int64_t want) {
+  if (w->deadline == 0) return want;
+  if (now >= w->deadline) return 0;
+  return (int64_t)(w->deadline - now) < want ? (int64_t)(w->deadline - now) : want;
+}

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The one wait. Every loop in papccl that waits for another thread, process or device (an
+ * operation's progress, the arrival board, a device stream, a transport's blocking call,
+ * the progress thread's queue) keeps the same rules through these parts:
+ *   - it gives up at its deadline (PAPCCL_TIMEOUT_S from its start) and when the abort flag
+ *     is set, with one WARN that names what it waited for;
+ *   - it checks its peers' health every 100 ms (papWaitHealthDue: the check is the
+ *     caller's, as only it knows which peers it waits on);
+ *   - after progress it may poll, yielding the core, for its spin budget (0 when the ranks
+ *     outnumber the CPUs), then it sleeps: on the transport's doorbell where there is one
+ *     (papWaitSlice bounds that sleep), else in steps that grow to maxSleepNs (papWaitSleep).
+ * The abort flag is read one way, papAborted, wherever it is read. */
+#ifndef PAPCCL_CORE_WAIT_H_
+#define PAPCCL_CORE_WAIT_H_
+
+#include <stdint.h>
+
+#include "papccl.h"
+
+/* Nonzero once *flag is set (NULL: never). papcclCommAbort stores it from any thread while
+ * waiters read it: an atomic load. */
+static inline int papAborted(const volatile int* flag) {
+  return flag != NULL && __atomic_load_n((const int*)flag, __ATOMIC_ACQUIRE) != 0;
+}
+
+struct papWait {
+  const char* what; /* "collective #7 waiting for the arrival commit": named in the WARNs */
+  const char* hint; /* appended to the timeout's WARN, or "" */
+  const volatile int* abortFlag; /* or NULL */
+  uint64_t deadline; /* CLOCK_MONOTONIC ns; 0: no deadline (what it waits for has its own) */
+  uint64_t spinNs; /* polling budget after each progress (0: sleep at once) */
+  uint64_t spinUntil;
+  uint64_t nextHealth;
+  long sleepNs; /* papWaitSleep's next sleep */
+  long maxSleepNs;
+  papcclResult_t abortRes; /* returned when aborted (papcclInvalidUsage by default) */
+  papcclResult_t timeoutRes; /* returned at the deadline (papcclRemoteError by default) */
+};
+
+/* Starts a wait now with the deadline PAPCCL_TIMEOUT_S away (timed = 0: none), polling
+ * spinNs after each progress and sleeping up to maxSleepNs at a time in papWaitSleep. */
+void papWaitInit(struct papWait* w, const char* what, const volatile int* abortFlag, int timed,
+                 uint64_t spinNs, long maxSleepNs);
+
+/* papcclSuccess while the wait may go on; abortRes or timeoutRes (logged) when it is over. */
+papcclResult_t papWaitCheck(struct papWait* w, uint64_t now);
+
+/* 1 once every 100 ms: time for the caller's check of the peers it waits on. */
+int papWaitHealthDue(struct papWait* w, uint64_t now);
+
+/* Something moved: the spin budget starts again and the sleeps start short. */
+void papWaitProgressed(struct papWait* w, uint64_t now);
+
+/* Within the spin budget: yields the core and returns 1 (poll again). Else 0: sleep now. */
+int papWaitSpin(struct papWait* w, uint64_t now);
+/* The same without the yield, for a poll that drives a device itself (a UCX worker). */
+static inline int papWaitInBudget(const struct papWait* w, uint64_t now) {
+  return now < w->spinUntil;
+}
+
+/* Sleeps without a doorbell: 2 us at first, doubling up to maxSleepNs. */
+void papWaitSleep(struct papWait* w);
+
+/* A doorbell sleep of `want` ns, cut at the deadline. */
+int64_t papWaitSlice(const struct papWait* w, uint64_t now, int64_t want);
+
+#endif /* PAPCCL_CORE_WAIT_H_ */
