@@ -32,16 +32,19 @@ mkdir -p "$G"
 g++ -O2 -std=c++17 -I"$GTEST_SRC/include" -I"$GTEST_SRC" -c "$GTEST_SRC/src/gtest-all.cc" -o "$G/gtest-all.o"
 g++ -O2 -std=c++17 -I"$GTEST_SRC/include" -I"$GTEST_SRC" -c "$GTEST_SRC/src/gtest_main.cc" -o "$G/gtest_main.o"
 CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}"
-g++ -O2 -std=c++17 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc -Isrc/core -I. -I"$GTEST_SRC/include" \
+g++ -O2 -std=c++17 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc/core -Ikernels -Itransport -Isrc/engine -Isrc/algo -Isrc/comm -Isrc/arrival \
+  -Isrc/enqueue -Isrc/cuda -Isrc/bootstrap -Isrc/api -I. -I"$GTEST_SRC/include" \
   -I"$CUDA_HOME/include" tests/gpu/test_gpu_kernels.cc "$G/gtest-all.o" \
   "$B/src/libpapccl.a" -L"$CUDA_HOME/lib64" -lcudart -lpthread -lrt -lm -o "$G/papccl_gpu"
 log "GPU tests"
 "$G/papccl_gpu" >"$OUTDIR/gpu-tests.txt" 2>&1 && log "GPU tests passed" || log "GPU tests FAILED"
 grep -E "OK \]|FAILED|PASSED|figure|SKIPPED \]" "$OUTDIR/gpu-tests.txt" | tee -a "$OUTDIR/summary.txt" || true
 
-gcc -O2 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc -Isrc/core -I. -I"$CUDA_HOME/include" \
-  -c tests/shim/shim_ipc.c -o "$G/shim_ipc.o"
-g++ -O2 -std=c++17 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc -Isrc/core -I. -I"$GTEST_SRC/include" \
+gcc -O2 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc/core -Ikernels -Itransport -Isrc/engine -Isrc/algo -Isrc/comm -Isrc/arrival \
+  -Isrc/enqueue -Isrc/cuda -Isrc/bootstrap -Isrc/api -I. -I"$CUDA_HOME/include" \
+  -c tests/internal/shim_ipc.c -o "$G/shim_ipc.o"
+g++ -O2 -std=c++17 -DPAPCCL_HAVE_CUDA -Iinclude -Isrc/core -Ikernels -Itransport -Isrc/engine -Isrc/algo -Isrc/comm -Isrc/arrival \
+  -Isrc/enqueue -Isrc/cuda -Isrc/bootstrap -Isrc/api -I. -I"$GTEST_SRC/include" \
   -I"$CUDA_HOME/include" tests/gpu/test_gpu_colls.cc "$G/shim_ipc.o" "$G/gtest-all.o" \
   "$B/src/libpapccl.a" -L"$CUDA_HOME/lib64" -lcudart -lpthread -lrt -lm -o "$G/papccl_gpu_colls"
 log "GPU collectives (device buffers in stream order, ranks sharing the GPU)"

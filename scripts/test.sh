@@ -78,7 +78,7 @@ if [ "$tier" = full ]; then
   tsan_perf=true
   fuzz_seconds=${PAPCCL_FUZZ_SECONDS:-60}
 else
-  # The matrix tests run a pairwise covering of their axes (tests/mp/harness.h, FullMatrix).
+  # The matrix tests run a pairwise covering of their axes (tests/multirank/harness.h, FullMatrix).
   export PAPCCL_TEST_MATRIX=${PAPCCL_TEST_MATRIX:-pairwise}
   plain_skip=(--no-suite soak --no-suite valgrind)
   asan_skip=(--no-suite soak)

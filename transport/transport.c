@@ -6,9 +6,6 @@
 
 #include "log.h"
 #include "param.h"
-#ifdef PAPCCL_HAVE_IB
-#include "ib/ib_parts.h"
-#endif
 
 static const struct papTransportOps* const registry[] = {
     &papTransportShm,

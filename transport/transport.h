@@ -113,6 +113,9 @@ extern const struct papTransportOps papTransportShm;
 #ifdef PAPCCL_HAVE_UCX
 extern const struct papTransportOps papTransportUcx;
 #endif
+#ifdef PAPCCL_HAVE_IB
+extern const struct papTransportOps papTransportIb;
+#endif
 
 /* Picks the one backend that serves every peer of the comm: PAPCCL_TRANSPORT if set, else
  * the first (shm, then ucx) that can reach all of them. NULL, with a WARN, if none can. */

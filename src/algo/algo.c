@@ -23,7 +23,7 @@ const char* papAlgoName(enum papAlgo a) {
     return "chain";
   case PAP_ALGO_SMALL:
     return "small";
-  case PAP_ALGO_PAP:
+  case PAP_ALGO_ARRIVAL:
     return "pap";
   default:
     return "auto";
@@ -36,7 +36,7 @@ enum papAlgo papAlgoFromName(const char* name) {
   if (strcasecmp(name, "ac2s") == 0) return PAP_ALGO_AC2S;
   if (strcasecmp(name, "chain") == 0) return PAP_ALGO_CHAIN;
   if (strcasecmp(name, "small") == 0) return PAP_ALGO_SMALL;
-  if (strcasecmp(name, "pap") == 0) return PAP_ALGO_PAP;
+  if (strcasecmp(name, "pap") == 0) return PAP_ALGO_ARRIVAL;
   static int warned;
   if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
     PAP_WARN(
@@ -51,8 +51,8 @@ enum papAlgo papAlgoClassicAllReduce(size_t bytes) {
   return bytes <= (size_t)papParamRhdMaxBytes() ? PAP_ALGO_RHD : PAP_ALGO_RING;
 }
 
-papcclResult_t papPlanCopyIfNeeded(struct papEngine* e, void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes) PLAN_OK(papPlanCopy(e, dst, src, bytes, -1, -1));
+papcclResult_t papStepCopyIfNeeded(struct papEngine* e, void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes) PLAN_OK(papStepCopy(e, dst, src, bytes, -1, -1));
   return papcclSuccess;
 }
 
@@ -60,42 +60,45 @@ papcclResult_t papAlgoPlan(struct papEngine* e, struct papCall* op, struct papCh
   *chainOut = NULL;
   papPlanBeginOp(e, op->seq);
   /* Through the ranks' device memory when the comm has it (the same on every rank). */
-  if (papAlgoIpcEligible(op, e)) return papPlanIpc(e, op);
+  if (papAlgoArenaEligible(op, e)) return papAlgoArena(e, op);
   switch (op->coll) {
   case PAP_COLL_ALLREDUCE:
     /* op->commit.algo was fixed at arrival: the same on every rank (the arrival layer). */
     switch (op->commit.algo) {
     case PAP_ALGO_RHD:
-      return papAllReduceRhd(e, op);
+      return papAlgoAllReduceRhd(e, op);
     case PAP_ALGO_AC2S:
     case PAP_ALGO_AC2S_DET:
-      return papAllReduceAc2s(e, op);
+      return papAlgoAllReduceAc2s(e, op);
     case PAP_ALGO_SMALL:
-      return papAllReduceSmall(e, op);
+      return papAlgoAllReduceSmall(e, op);
     case PAP_ALGO_CHAIN: {
-      return papAllReduceChainBegin(e, op, chainOut);
+      return papAlgoAllReduceChainBegin(e, op, chainOut);
     }
     default:
-      return papAllReduceRing(e, op);
+      return papAlgoAllReduceRing(e, op);
     }
   case PAP_COLL_BROADCAST:
-    return op->commit.algo == PAP_ALGO_PAP ? papPlanBroadcastPap(e, op) : papPlanBroadcast(e, op);
+    return op->commit.algo == PAP_ALGO_ARRIVAL ? papAlgoBroadcastArrival(e, op)
+                                               : papAlgoBroadcastChain(e, op);
   case PAP_COLL_REDUCE:
-    return op->commit.algo == PAP_ALGO_PAP ? papPlanReduceCollPap(e, op) : papPlanReduceColl(e, op);
+    return op->commit.algo == PAP_ALGO_ARRIVAL ? papAlgoReduceArrival(e, op)
+                                               : papAlgoReduceChain(e, op);
   case PAP_COLL_ALLGATHER:
-    return op->commit.algo == PAP_ALGO_PAP ? papPlanAllGatherPap(e, op) : papPlanAllGather(e, op);
+    return op->commit.algo == PAP_ALGO_ARRIVAL ? papAlgoAllGatherArrival(e, op)
+                                               : papAlgoAllGatherRing(e, op);
   case PAP_COLL_REDUCESCATTER:
-    return op->commit.algo == PAP_ALGO_PAP ? papPlanReduceScatterPap(e, op)
-                                           : papPlanReduceScatter(e, op);
+    return op->commit.algo == PAP_ALGO_ARRIVAL ? papAlgoReduceScatterArrival(e, op)
+                                               : papAlgoReduceScatterRing(e, op);
   case PAP_COLL_ALLTOALL:
-    return papPlanAlltoAll(e, op);
+    return papAlgoAlltoAllPairwise(e, op);
   case PAP_COLL_GATHER:
-    return papPlanGather(e, op);
+    return papAlgoGatherDirect(e, op);
   case PAP_COLL_SCATTER:
-    return papPlanScatter(e, op);
+    return papAlgoScatterDirect(e, op);
   case PAP_COLL_SEND:
   case PAP_COLL_RECV:
-    return papPlanP2p(e, op);
+    return papAlgoSendRecv(e, op);
   default:
     PAP_WARN("internal error: unknown collective %d", op->coll);
     return papcclInternalError;
@@ -104,7 +107,7 @@ papcclResult_t papAlgoPlan(struct papEngine* e, struct papCall* op, struct papCh
 
 int papAlgoArrivalOrdered(int algo) {
   return algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET || algo == PAP_ALGO_SMALL ||
-         algo == PAP_ALGO_PAP;
+         algo == PAP_ALGO_ARRIVAL;
 }
 
 papcclResult_t papCommitViewInit(struct papEngine* e, const struct papCall* op,
@@ -213,7 +216,7 @@ int papGeomSend(struct papEngine* e, struct papGeom* g, int peer, int b, int k) 
   size_t off, n;
   papGeomUnit(g, b, k, &off, &n);
   const char* src = (g->written[u] ? g->recvbuff : g->sendbuff) + off * g->esz;
-  int idx = papPlanSend(e, peer, src, n * g->esz, g->lastW[u], -1);
+  int idx = papStepSend(e, peer, src, n * g->esz, g->lastW[u], -1);
   if (idx >= 0) g->lastR[u] = idx;
   return idx;
 }
@@ -222,7 +225,7 @@ int papGeomRecv(struct papEngine* e, struct papGeom* g, int peer, int b, int k) 
   int u = g->unitOff[b] + k;
   size_t off, n;
   papGeomUnit(g, b, k, &off, &n);
-  int idx = papPlanRecv(e, peer, g->recvbuff + off * g->esz, n * g->esz, g->lastW[u], g->lastR[u]);
+  int idx = papStepRecv(e, peer, g->recvbuff + off * g->esz, n * g->esz, g->lastW[u], g->lastR[u]);
   if (idx >= 0) {
     g->lastW[u] = idx;
     g->lastR[u] = -1;
@@ -236,7 +239,7 @@ int papGeomPublish(struct papEngine* e, struct papGeom* g, int b, int k, int slo
   int u = g->unitOff[b] + k;
   size_t off, n;
   papGeomUnit(g, b, k, &off, &n);
-  int idx = papPlanPublish(e, papGeomSrc(g, b, k), n * g->esz, slot, tag, readers, g->lastW[u]);
+  int idx = papStepPublish(e, papGeomSrc(g, b, k), n * g->esz, slot, tag, readers, g->lastW[u]);
   if (idx >= 0) g->lastR[u] = idx;
   return idx;
 }
@@ -246,7 +249,7 @@ int papGeomFetch(struct papEngine* e, struct papGeom* g, int owner, int b, int k
   int u = g->unitOff[b] + k;
   size_t off, n;
   papGeomUnit(g, b, k, &off, &n);
-  int idx = papPlanFetch(e, owner, g->recvbuff + off * g->esz, n * g->esz, slot, tag, g->lastW[u],
+  int idx = papStepFetch(e, owner, g->recvbuff + off * g->esz, n * g->esz, slot, tag, g->lastW[u],
                          g->lastR[u]);
   if (idx >= 0) papGeomWrote(g, b, k, idx);
   return idx;
@@ -258,7 +261,7 @@ int papGeomRecvReduce(struct papEngine* e, struct papGeom* g, int peer, int b, i
   size_t off, n;
   papGeomUnit(g, b, k, &off, &n);
   const char* src = (g->written[u] ? g->recvbuff : g->sendbuff) + off * g->esz;
-  int idx = papPlanRecvReduce(e, peer, g->recvbuff + off * g->esz, src, n * g->esz, dtype, red,
+  int idx = papStepRecvReduce(e, peer, g->recvbuff + off * g->esz, src, n * g->esz, dtype, red,
                               g->lastW[u], g->lastR[u]);
   if (idx >= 0) {
     g->lastW[u] = idx;

@@ -57,11 +57,11 @@ enum papAlgo {
   PAP_ALGO_AUTO = 0,
   PAP_ALGO_RING,
   PAP_ALGO_RHD,
-  PAP_ALGO_AC2S, /* arrival-committed two-shot (src/algo/ac2s.c) */
+  PAP_ALGO_AC2S, /* arrival-committed two-shot (src/algo/allreduce_ac2s.c) */
   PAP_ALGO_AC2S_DET, /* the same, each element reduced along one canonical tree */
-  PAP_ALGO_CHAIN, /* arrival-ordered pipelined chain (src/algo/chain.c) */
+  PAP_ALGO_CHAIN, /* arrival-ordered pipelined chain (src/algo/allreduce_chain.c) */
   PAP_ALGO_SMALL, /* small messages: early set reduces, late ranks add their inputs */
-  PAP_ALGO_PAP, /* the PAP-aware plan of ReduceScatter, AllGather, Broadcast, Reduce */
+  PAP_ALGO_ARRIVAL, /* the PAP-aware plan of ReduceScatter, AllGather, Broadcast, Reduce */
   PAP_ALGO_COUNT
 };
 
@@ -75,7 +75,7 @@ enum papAlgo {
   } while (0)
 
 /* A local copy step when dst and src differ (and bytes > 0). */
-papcclResult_t papPlanCopyIfNeeded(struct papEngine* e, void* dst, const void* src, size_t bytes);
+papcclResult_t papStepCopyIfNeeded(struct papEngine* e, void* dst, const void* src, size_t bytes);
 
 struct papChain;
 /* Appends the steps of op to the engine's plan. An arrival-ordered chain is planned only up
@@ -153,7 +153,7 @@ static inline void papGeomWrote(struct papGeom* g, int b, int k, int idx) {
 }
 
 /* Unit operations; return the step index or -1 (plan failed). PUBLISH/FETCH as
- * papPlanPublish/papPlanFetch, for unit (b, k) of the result buffer. */
+ * papStepPublish/papStepFetch, for unit (b, k) of the result buffer. */
 int papGeomPublish(struct papEngine* e, struct papGeom* g, int b, int k, int slot, uint64_t tag,
                    int readers);
 int papGeomFetch(struct papEngine* e, struct papGeom* g, int owner, int b, int k, int slot,
@@ -164,17 +164,17 @@ int papGeomRecvReduce(struct papEngine* e, struct papGeom* g, int peer, int b, i
                       papcclDataType_t dtype, enum papRedKind red);
 
 /* Per-collective planners. */
-papcclResult_t papAllReduceRing(struct papEngine* e, struct papCall* op);
-papcclResult_t papAllReduceRhd(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoAllReduceRing(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoAllReduceRhd(struct papEngine* e, struct papCall* op);
 /* AC2S over op->commit.owners[0..op->commit.nE-1] (PAP_ALGO_AC2S or _DET in op->commit.algo). */
-papcclResult_t papAllReduceAc2s(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoAllReduceAc2s(struct papEngine* e, struct papCall* op);
 /* AllReduce, AllGather, Broadcast, ReduceScatter and Reduce through the ranks' device arenas
- * (src/algo/ipc.c), when e->dev has them and the op qualifies (papAlgoIpcEligible: the same
+ * (src/algo/arena_colls.c), when e->dev has them and the op qualifies (papAlgoArenaEligible: the same
  * answer on every rank). Contributions are taken early ranks first (the PAP commit). */
-int papAlgoIpcEligible(const struct papCall* op, const struct papEngine* e);
-papcclResult_t papPlanIpc(struct papEngine* e, struct papCall* op);
+int papAlgoArenaEligible(const struct papCall* op, const struct papEngine* e);
+papcclResult_t papAlgoArena(struct papEngine* e, struct papCall* op);
 /* Small-message variant over the same commit (early set op->commit.owners[0..nE-1]). */
-papcclResult_t papAllReduceSmall(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoAllReduceSmall(struct papEngine* e, struct papCall* op);
 
 /* Arrival-ordered chain: the rank at arrival position p reduces what p-1 sends into its own
  * input and forwards it to p+1; the last position holds the result, which flows back. The
@@ -185,21 +185,21 @@ struct papChain {
   int pos; /* arrival position */
   int pred; /* rank at pos - 1, or -1 */
 };
-papcclResult_t papAllReduceChainBegin(struct papEngine* e, struct papCall* op,
-                                      struct papChain** chainOut);
-papcclResult_t papAllReduceChainFinish(struct papEngine* e, struct papChain* c, int succ);
-papcclResult_t papPlanAllGather(struct papEngine* e, struct papCall* op);
-papcclResult_t papPlanReduceScatter(struct papEngine* e, struct papCall* op);
-papcclResult_t papPlanBroadcast(struct papEngine* e, struct papCall* op);
-papcclResult_t papPlanReduceColl(struct papEngine* e, struct papCall* op);
-papcclResult_t papPlanAlltoAll(struct papEngine* e, struct papCall* op);
-papcclResult_t papPlanGather(struct papEngine* e, struct papCall* op);
-papcclResult_t papPlanScatter(struct papEngine* e, struct papCall* op);
-papcclResult_t papPlanP2p(struct papEngine* e, struct papCall* op);
-/* PAP-aware plans over the commit in op->commit.owners[0..nE-1] (src/algo/pap_colls.c). */
-papcclResult_t papPlanReduceScatterPap(struct papEngine* e, struct papCall* op);
-papcclResult_t papPlanAllGatherPap(struct papEngine* e, struct papCall* op);
-papcclResult_t papPlanBroadcastPap(struct papEngine* e, struct papCall* op);
-papcclResult_t papPlanReduceCollPap(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoAllReduceChainBegin(struct papEngine* e, struct papCall* op,
+                                          struct papChain** chainOut);
+papcclResult_t papAlgoAllReduceChainFinish(struct papEngine* e, struct papChain* c, int succ);
+papcclResult_t papAlgoAllGatherRing(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoReduceScatterRing(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoBroadcastChain(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoReduceChain(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoAlltoAllPairwise(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoGatherDirect(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoScatterDirect(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoSendRecv(struct papEngine* e, struct papCall* op);
+/* PAP-aware plans over the commit in op->commit.owners[0..nE-1] (src/algo/arrival_colls.c). */
+papcclResult_t papAlgoReduceScatterArrival(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoAllGatherArrival(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoBroadcastArrival(struct papEngine* e, struct papCall* op);
+papcclResult_t papAlgoReduceArrival(struct papEngine* e, struct papCall* op);
 
 #endif /* PAPCCL_ALGO_ALGO_H_ */

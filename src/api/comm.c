@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "arrival.h"
 #include "bootstrap.h"
 #include "check.h"
 #include "device.h"
@@ -17,7 +18,6 @@
 #include "fault.h"
 #include "futex.h"
 #include "log.h"
-#include "pap.h"
 #include "param.h"
 
 /* ---- Tombstones: destroyed comm shells stay readable (magic DEAD) for a while ----------- */
@@ -271,7 +271,7 @@ static papcclResult_t commSetup(struct papComm* comm) {
   PAP_CHECK_GOTO(papEngineInit(&comm->engine, comm->rank, n, comm->tops, comm->tstate, comm->conns,
                                (const volatile int*)&comm->abortFlag),
                  res, out);
-  PAP_CHECK_GOTO(papPapInit(comm), res, out);
+  PAP_CHECK_GOTO(papArrivalInit(comm), res, out);
   PAP_CHECK_GOTO(papIpcCommInit(comm), res, out);
   PAP_INFO(PAP_LOG_INIT, "comm %p rank %d nranks %d ready (transport %s)", (void*)comm, comm->rank,
            n, comm->tops->name);
@@ -288,7 +288,7 @@ static void commTeardown(struct papComm* comm) {
   papDeviceCommFree(comm);
   papIpcCommFree(comm);
   if (comm->engine.steps || comm->engine.lastSend) papEngineFree(&comm->engine);
-  papPapFree(comm);
+  papArrivalFree(comm);
   if (comm->tstate) comm->tops->finalize(comm->tstate);
   comm->tstate = NULL;
   papBootstrapDestroy(comm->bs);
@@ -545,7 +545,7 @@ PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm) {
    * collective flush for those who want one. Nothing a peer does later can touch our memory:
    * every message to us belonged to an operation we completed. The one exception is rank
    * 0's arrival board on a network backend: peers still finishing a collective need it. */
-  if (comm->pap) papPapDrainBoard(comm);
+  if (comm->arrival) papArrivalDrainBoard(comm);
   commRelease(comm);
   return res;
 }

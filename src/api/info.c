@@ -3,10 +3,10 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "api.h"
+#include "arrival.h"
 #include "bootstrap.h"
 #include "check.h"
-#include "api.h"
-#include "pap.h"
 #include "kernels.h"
 #include "log.h"
 
@@ -20,7 +20,7 @@ PAPCCL_API papcclResult_t papcclCommGetPapStats(papcclComm_t comm, papcclPapStat
   if (stats == NULL)
     PAP_WARN("papcclCommGetPapStats: stats is NULL");
   else
-    res = papPapStatsGet(comm, stats);
+    res = papArrivalStats(comm, stats);
   papCommLeave(comm);
   return res;
 }

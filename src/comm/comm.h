@@ -18,7 +18,7 @@
 #define PAP_COMM_DEAD 0x64656164d4d4f43ull
 
 struct papBootstrap;
-struct papPapState;
+struct papArrivalState;
 struct papJob;
 struct papDevState;
 struct papDevStage;
@@ -65,7 +65,7 @@ struct papComm {
   uint64_t* hostIds;
 
   struct papEngine engine; /* the plan being executed; owned by the progress-lock holder */
-  struct papPapState* pap; /* arrival statistics and selector; same owner */
+  struct papArrivalState* arrival; /* arrival records, statistics, selector; same owner */
   struct papDevState* dev; /* device-buffer state (the CUDA layer), created on first use */
   pthread_mutex_t devLock; /* guards dev's creation and its staging pool */
   struct papIpcState* ipc; /* CUDA IPC arenas (the CUDA layer), or NULL; engine.dev uses them */

@@ -5,8 +5,18 @@
 
 #include <stdint.h>
 
-/* X(getter, env name, default, min, max, doc). Integer parameters. The README table lists
- * these. A value that is not an integer, or lies outside [min, max], gives a WARN naming the
+/* The logging variables, read by log.c when it first logs (not through this registry):
+ * X(env name, default as documented, doc). docs/PARAMETERS.md is generated from these lists
+ * (scripts/gen-params.py; the unit suite checks it is current). */
+#define PAP_PARAM_LOG_LIST(X) \
+  X("PAPCCL_DEBUG", "WARN", \
+    "log level: `NONE`, `VERSION`, `WARN`, `INFO`, `TRACE` (TRACE needs `-Dtrace=true`)") \
+  X("PAPCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV", \
+    "subsystems logged at INFO: comma list of " \
+    "`INIT,BOOTSTRAP,COLL,PAP,PROXY,NET,SHM,UCX,IB,REG,ALLOC,ENV,ALL`; a leading `^` inverts it") \
+  X("PAPCCL_DEBUG_FILE", "stderr", "log file; `%h` becomes the host name, `%p` the pid")
+
+/* X(getter, env name, default, min, max, doc). Integer parameters. A value that is not an integer, or lies outside [min, max], gives a WARN naming the
  * variable and the default. */
 #define PAP_PARAM_INT_LIST(X) \
   X(TimeoutS, "PAPCCL_TIMEOUT_S", 600, 1, 31536000, \
@@ -18,62 +28,80 @@
     "bytes per shared-memory FIFO slot") \
   X(ShmSlots, "PAPCCL_SHM_NSLOTS", 8, 2, 1024, "slots per peer FIFO (credits)") \
   X(ShmStagingSize, "PAPCCL_SHM_STAGING_SIZE", 1048576, 0, 17179869184, \
-    "bytes of shared staging (AC2S finals; 0: off)") \
+    "bytes of each rank's shared staging area, where AC2S publishes final chunks once for every " \
+    "local reader (`0`: finals go through the FIFOs)") \
   X(RhdMaxBytes, "PAPCCL_RHD_MAX_BYTES", 262144, 0, 1099511627776, \
-    "allreduce below this uses rhd, above ring") \
+    "allreduce below this size uses rhd (recursive halving/doubling), above it ring") \
   X(RdMaxBytes, "PAPCCL_RD_MAX_BYTES", 4096, 0, 1099511627776, \
-    "rhd below this exchanges whole vectors") \
+    "rhd below this size exchanges whole vectors") \
   X(PipelineDepth, "PAPCCL_PIPELINE_DEPTH", 256, 8, 65536, \
     "plan steps scanned ahead by the engine") \
-  X(Pap, "PAPCCL_PAP", 1, 0, 1, "0 turns PAP-aware plans off (arrivals are still recorded)") \
+  X(Pap, "PAPCCL_PAP", 1, 0, 1, \
+    "`0` turns PAP-aware plans off (arrivals and statistics are still recorded)") \
   X(Hier, "PAPCCL_HIER", 1, 0, 1, \
-    "1: allreduce across hosts goes through host leaders (0: one flat plan over the network)") \
+    "when ranks span hosts and a host has several: allreduce = reduce to the host leader (shared " \
+    "memory), allreduce among leaders (network), broadcast; `0`: one flat plan over the network") \
   X(Deterministic, "PAPCCL_DETERMINISTIC", 0, 0, 1, \
-    "1: allreduce bitwise identical whatever the arrivals") \
+    "`1`: allreduce results bitwise identical whatever the arrival order, the commit point and " \
+    "the chunking (AC2S with one canonical reduction tree)") \
   X(PapReport, "PAPCCL_PAP_REPORT", 100, 0, 1000000000, \
-    "collectives between PAP INFO summary lines (0: none)") \
+    "collectives between the one-line PAP summaries (`PAPCCL_DEBUG=INFO`, subsystem `PAP`); `0` " \
+    "= none") \
   X(PapGapUs, "PAPCCL_PAP_GAP_US", 100, 0, 60000000, \
-    "least quiet time before the decider commits early") \
+    "least quiet time (no new arrival) before the decider commits an early set") \
   X(PapSmallMaxBytes, "PAPCCL_PAP_SMALL_MAX_BYTES", 32768, 0, 1099511627776, \
-    "PAP allreduce at or below: small variant") \
+    "at or below this size the PAP allreduce is the small-message variant") \
   X(PapAlphaNs, "PAPCCL_PAP_ALPHA_NS", 1000, 0, 1000000000, \
-    "cost model: latency of one message (ns)") \
+    "the selector's cost model: latency of one message (ns)") \
   X(PapBetaPs, "PAPCCL_PAP_BETA_PS", 200, 0, 1000000000, \
-    "cost model: transfer time per byte (ps)") \
+    "the selector's cost model: transfer time per byte (ps)") \
   X(PapGammaPs, "PAPCCL_PAP_GAMMA_PS", 250, 0, 1000000000, \
-    "cost model: reduction time per byte (ps)") \
-  X(Cuda, "PAPCCL_CUDA", 1, 0, 1, "0 turns GPU support off: no CUDA call, host buffers only") \
+    "the selector's cost model: reduction time per byte (ps)") \
+  X(Cuda, "PAPCCL_CUDA", 1, 0, 1, \
+    "`0` turns GPU support off: no CUDA call at all, host buffers only") \
   X(CudaStagingMb, "PAPCCL_CUDA_STAGING_MB", 1024, 1, 1048576, \
-    "device ops: pinned staging per comm (MiB) past which callers wait for a free block") \
+    "device ops: pinned staging per communicator (MiB) past which a caller running ahead of its " \
+    "streams waits for a block to come free") \
   X(CudaIpc, "PAPCCL_CUDA_IPC", 1, 0, 1, \
-    "1: ranks of one host with GPUs run collectives through each other's memory (CUDA IPC)") \
+    "`1`: ranks of one host with GPUs run collectives through each other's device memory (CUDA " \
+    "IPC); `0`: pinned staging") \
   X(CudaIpcMb, "PAPCCL_CUDA_IPC_MB", 64, 1, 65536, \
     "CUDA IPC: device arena per rank (MiB); larger collectives run in rounds of half of it") \
   X(CudaIpcMinBytes, "PAPCCL_CUDA_IPC_MIN_BYTES", 65536, 0, 1099511627776LL, \
-    "CUDA IPC: smaller collectives (bytes per rank) take the ordinary path") \
+    "CUDA IPC: collectives of fewer bytes per rank take the ordinary path (a guess until " \
+    "measured on a GPU: `GpuColls.ReportIpcCrossover`)") \
   X(CudaMemops, "PAPCCL_CUDA_MEMOPS", 1, 0, 1, \
-    "device ops: 1 stream memory operations for arrival/wait, 0 one-thread kernels") \
+    "device ops: `1` stream memory operations for the arrival write and the wait, `0` one-thread " \
+    "kernels") \
   X(IbGidIndex, "PAPCCL_IB_GID_INDEX", -1, -1, 255, \
-    "ib: GID index (-1: a RoCE v2 GID on Ethernet ports, 0 on InfiniBand)") \
+    "ib: GID index (`-1`: a RoCE v2 GID on Ethernet ports, 0 on InfiniBand)") \
   X(IbMrCache, "PAPCCL_IB_MR_CACHE", 64, 0, 1048576, \
-    "ib: idle memory registrations kept (0: register per message)") \
+    "ib: idle memory registrations kept (`0`: register per message)") \
   X(IbBufSize, "PAPCCL_IB_BUF_SIZE", 16384, 1024, 67108864, "ib: bytes per eager bounce buffer") \
   X(IbNbufs, "PAPCCL_IB_NBUFS", 8, 2, 1024, "ib: eager buffers (credits) per peer") \
   X(IbRdmaMin, "PAPCCL_IB_RDMA_MIN", 65536, 0, 1099511627776, \
-    "ib: larger messages are RDMA-written into the receiver's buffer") \
+    "ib: larger messages are RDMA-written straight into the receiver's buffer") \
   X(IbTimeout, "PAPCCL_IB_TIMEOUT", 18, 1, 31, \
-    "ib: QP ack timeout exponent (4.096 us x 2^n, 7 retries)")
+    "ib: queue-pair ack timeout exponent (4.096 us x 2^n, 7 retries)")
 
 /* X(getter, env name, default, doc). String parameters (NULL default = unset). */
 #define PAP_PARAM_STR_LIST(X) \
-  X(Algo, "PAPCCL_ALGO", NULL, "force an allreduce algorithm: ring, rhd, ac2s, chain or small") \
-  X(CommId, "PAPCCL_COMM_ID", NULL, "host:port of the bootstrap root (launchers set it)") \
-  X(SocketIfname, "PAPCCL_SOCKET_IFNAME", NULL, "interface for bootstrap sockets") \
-  X(Transport, "PAPCCL_TRANSPORT", NULL, "force a transport by name (shm, ucx, ib)") \
+  X(Algo, "PAPCCL_ALGO", NULL, \
+    "force an allreduce algorithm: classic `ring` or `rhd`, PAP-aware `ac2s`, `chain` or " \
+    "`small`; `pap` lets the selector pick the allreduce and forces the PAP plans of " \
+    "ReduceScatter, AllGather, Broadcast and Reduce (any PAP name does; `ring`/`rhd` keep them " \
+    "classic)") \
+  X(CommId, "PAPCCL_COMM_ID", NULL, "`host:port` of the bootstrap root; launchers set it") \
+  X(SocketIfname, "PAPCCL_SOCKET_IFNAME", NULL, "network interface for bootstrap sockets") \
+  X(Transport, "PAPCCL_TRANSPORT", NULL, \
+    "force a transport by name (`shm`, `ucx`, `ib`); one that cannot start here falls back, with " \
+    "a WARN, to the first that reaches every peer") \
   X(HostId, "PAPCCL_HOSTID", NULL, "override the host id (forces the network path in tests)") \
-  X(IbHca, "PAPCCL_IB_HCA", NULL, "ib: device[:port] (default: the first with an active port)") \
+  X(IbHca, "PAPCCL_IB_HCA", NULL, \
+    "ib: device`[:port]` (default: the first device with an active port)") \
   X(Fault, "PAPCCL_FAULT", NULL, \
-    "test builds: kill, stall or delay a rank at a point (see src/core/fault.h)")
+    "builds with tests only: kill, stall or delay a rank at `bootstrap`, `chunk` or `commit` " \
+    "(grammar in `src/core/fault.h`; see [TESTING.md](TESTING.md))")
 
 #define PAP_PARAM_DECL_INT(getter, env, def, lo, hi, doc) int64_t papParam##getter(void);
 #define PAP_PARAM_DECL_STR(getter, env, def, doc) const char* papParam##getter(void);

@@ -15,7 +15,7 @@
  *
  * This staging path goes through pinned host memory: every transport and every PAP plan work
  * unchanged on it. On a communicator with CUDA IPC, five collectives instead read peers'
- * device arenas and reduce in GPU kernels (src/cuda/ipc.c, src/algo/ipc.c,
+ * device arenas and reduce in GPU kernels (src/cuda/ipc.c, src/algo/arena_colls.c,
  * docs/GPU-IPC.md). */
 #include "device.h"
 
@@ -533,7 +533,7 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
     op->userRecv = op->call.recvbuff;
     /* The CUDA IPC allreduce reads and writes the user's buffers itself, in stream order:
      * no staging (engine.dev does not change after init). */
-    op->direct = papAlgoIpcEligible(&op->call, &comm->engine);
+    op->direct = papAlgoArenaEligible(&op->call, &comm->engine);
     size_t so, ro;
     total += stageSpan(op, &so, &ro);
   }

@@ -63,7 +63,7 @@ void papDeviceLeave(struct papDevSaved sv);
 /* CUDA IPC among the ranks of one host (ipc.c). Collective over comm, after its transport and
  * engine are up: when every rank has a GPU, uses it, is on this host (shm) and PAPCCL_CUDA_IPC
  * is 1, each rank gets a device arena that every other rank maps, and comm->engine.dev is set
- * (allreduce then goes through device memory, src/algo/ipc.c). Otherwise, or when any rank
+ * (allreduce then goes through device memory, src/algo/arena_colls.c). Otherwise, or when any rank
  * fails to set it up, nothing changes (one INFO line says why). Fails only when the bootstrap
  * does. */
 papcclResult_t papIpcCommInit(struct papComm* comm);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* CUDA IPC among the ranks of one host (docs/GPU-IPC.md): a device arena per rank that every
  * other rank maps, and the device steps (copies and reduction kernels on an internal stream,
- * completion by events) that the IPC allreduce (src/algo/ipc.c) runs over them. */
+ * completion by events) that the IPC allreduce (src/algo/arena_colls.c) runs over them. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>

@@ -132,7 +132,7 @@ static struct papStep* newStep(struct papEngine* e, int kind, int dep0, int dep1
   return s;
 }
 
-int papPlanSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0, int dep1) {
+int papStepSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0, int dep1) {
   int idx;
   struct papStep* s = newStep(e, PAP_STEP_SEND, dep0, dep1, &idx);
   if (s == NULL) return -1;
@@ -163,12 +163,12 @@ static int planRecvCommon(struct papEngine* e, int kind, int peer, void* dst, co
   return idx;
 }
 
-int papPlanRecv(struct papEngine* e, int peer, void* dst, size_t bytes, int dep0, int dep1) {
+int papStepRecv(struct papEngine* e, int peer, void* dst, size_t bytes, int dep0, int dep1) {
   return planRecvCommon(e, PAP_STEP_RECV, peer, dst, NULL, bytes, papcclInt8, PAP_RED_SUM, dep0,
                         dep1);
 }
 
-int papPlanRecvReduce(struct papEngine* e, int peer, void* dst, const void* src, size_t bytes,
+int papStepRecvReduce(struct papEngine* e, int peer, void* dst, const void* src, size_t bytes,
                       papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
   return planRecvCommon(e, PAP_STEP_RECV_REDUCE, peer, dst, src, bytes, dtype, red, dep0, dep1);
 }
@@ -189,11 +189,11 @@ static int planLocal(struct papEngine* e, int kind, void* dst, const void* a, co
   return idx;
 }
 
-int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0, int dep1) {
+int papStepCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0, int dep1) {
   return planLocal(e, PAP_STEP_COPY, dst, src, NULL, bytes, papcclInt8, PAP_RED_SUM, dep0, dep1);
 }
 
-int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
+int papStepReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
                   papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
   return planLocal(e, PAP_STEP_REDUCE, dst, a, b, bytes, dtype, red, dep0, dep1);
 }
@@ -208,23 +208,23 @@ static int planDev(struct papEngine* e, int kind, void* dst, const void* a, cons
   return planLocal(e, kind, dst, a, b, bytes, dtype, red, dep0, dep1);
 }
 
-int papPlanDevCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0,
+int papStepDevCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0,
                    int dep1) {
   return planDev(e, PAP_STEP_DCOPY, dst, src, NULL, bytes, papcclInt8, PAP_RED_SUM, dep0, dep1);
 }
 
-int papPlanDevReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
+int papStepDevReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
                      papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1) {
   return planDev(e, PAP_STEP_DREDUCE, dst, a, b, bytes, dtype, red, dep0, dep1);
 }
 
-int papPlanJoin(struct papEngine* e, int dep0, int dep1) {
+int papStepJoin(struct papEngine* e, int dep0, int dep1) {
   if (dep0 < 0) return dep1;
   if (dep1 < 0) return dep0;
-  return papPlanCopy(e, NULL, NULL, 0, dep0, dep1);
+  return papStepCopy(e, NULL, NULL, 0, dep0, dep1);
 }
 
-int papPlanPublish(struct papEngine* e, const void* src, size_t bytes, int slot, uint64_t tag,
+int papStepPublish(struct papEngine* e, const void* src, size_t bytes, int slot, uint64_t tag,
                    int readers, int dep0) {
   int idx;
   struct papStep* s = newStep(e, PAP_STEP_PUBLISH, dep0, -1, &idx);
@@ -240,7 +240,7 @@ int papPlanPublish(struct papEngine* e, const void* src, size_t bytes, int slot,
   return idx;
 }
 
-int papPlanFetch(struct papEngine* e, int owner, void* dst, size_t bytes, int slot, uint64_t tag,
+int papStepFetch(struct papEngine* e, int owner, void* dst, size_t bytes, int slot, uint64_t tag,
                  int dep0, int dep1) {
   int idx;
   struct papStep* s = newStep(e, PAP_STEP_FETCH, dep0, dep1, &idx);
@@ -263,7 +263,7 @@ static inline struct papStageSlot* stageCtl(struct papEngine* e, int r, int slot
   return &ctl[slot];
 }
 
-void papPlanMarkFinal(struct papEngine* e, int idx) {
+void papStepMarkFinal(struct papEngine* e, int idx) {
   if (idx >= 0 && idx < e->nsteps &&
       (e->steps[idx].kind == PAP_STEP_RECV || e->steps[idx].kind == PAP_STEP_FETCH))
     e->steps[idx].flags |= PAP_STEP_F_FINAL;

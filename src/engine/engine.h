@@ -130,32 +130,32 @@ void papPlanReset(struct papEngine* e);
 /* Starts the steps of one op; message tags become (seq, n-th message on the queue), which
  * both ends compute alike, so a plan mismatch between ranks is caught, not silently wrong. */
 void papPlanBeginOp(struct papEngine* e, uint64_t seq);
-int papPlanSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0, int dep1);
-int papPlanRecv(struct papEngine* e, int peer, void* dst, size_t bytes, int dep0, int dep1);
-int papPlanRecvReduce(struct papEngine* e, int peer, void* dst, const void* src, size_t bytes,
+int papStepSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0, int dep1);
+int papStepRecv(struct papEngine* e, int peer, void* dst, size_t bytes, int dep0, int dep1);
+int papStepRecvReduce(struct papEngine* e, int peer, void* dst, const void* src, size_t bytes,
                       papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1);
-int papPlanCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0, int dep1);
-int papPlanReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
+int papStepCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0, int dep1);
+int papStepReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
                   papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1);
 /* Single-copy broadcast of a chunk to the local peers through this rank's staging area:
  * PUBLISH copies it into slot `slot` once (after the slot's previous readers are done),
  * every reader FETCHes it from there. The slot is (chunk index) % e->stageSlots; tag
  * identifies (op, chunk) on both sides. Use only when e->stageSlots > 0 and the chunk fits
  * e->stageSlotBytes. */
-int papPlanPublish(struct papEngine* e, const void* src, size_t bytes, int slot, uint64_t tag,
+int papStepPublish(struct papEngine* e, const void* src, size_t bytes, int slot, uint64_t tag,
                    int readers, int dep0);
-int papPlanFetch(struct papEngine* e, int owner, void* dst, size_t bytes, int slot, uint64_t tag,
+int papStepFetch(struct papEngine* e, int owner, void* dst, size_t bytes, int slot, uint64_t tag,
                  int dep0, int dep1);
 /* Device steps (only when e->dev.ops is set): dst = src, dst = a OP b, run by the device. */
-int papPlanDevCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0,
+int papStepDevCopy(struct papEngine* e, void* dst, const void* src, size_t bytes, int dep0,
                    int dep1);
-int papPlanDevReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
+int papStepDevReduce(struct papEngine* e, void* dst, const void* a, const void* b, size_t bytes,
                      papcclDataType_t dtype, enum papRedKind red, int dep0, int dep1);
 /* A step that is done once dep0 and dep1 are (either may be -1): joins dependencies. Returns
  * the other one when one is -1, and -1 when both are. */
-int papPlanJoin(struct papEngine* e, int dep0, int dep1);
+int papStepJoin(struct papEngine* e, int dep0, int dep1);
 /* Marks a RECV step whose destination the plan never reads again (see PAP_STEP_F_FINAL). */
-void papPlanMarkFinal(struct papEngine* e, int idx);
+void papStepMarkFinal(struct papEngine* e, int idx);
 /* Scan the whole plan each pass instead of a window (until papPlanReset). */
 static inline void papPlanScanAll(struct papEngine* e) {
   e->scanAll = 1;

@@ -10,11 +10,11 @@
 
 #include "algo.h"
 #include "alloc.h"
+#include "arrival.h"
 #include "check.h"
 #include "futex.h"
 #include "kernels.h"
 #include "log.h"
-#include "pap.h"
 #include "param.h"
 #include "wait.h"
 
@@ -75,7 +75,7 @@ static papcclResult_t planSelfP2p(struct papEngine* e, struct papOpDesc* ops, in
       PAP_WARN("papcclSend to self of %zu bytes matched with papcclRecv of %zu bytes", sb, rb);
       return papcclInvalidUsage;
     }
-    if (sb && papPlanCopy(e, ops[ri].call.recvbuff, ops[si].call.sendbuff, sb, -1, -1) < 0)
+    if (sb && papStepCopy(e, ops[ri].call.recvbuff, ops[si].call.sendbuff, sb, -1, -1) < 0)
       return papcclSystemError;
     si++;
     ri++;
@@ -101,9 +101,9 @@ static papcclResult_t buildPlan(struct papComm* comm, struct papOpDesc* ops, int
       if (p2p != pass || isSelfP2p(op) || op->call.count == 0) continue;
       struct papChain* chain = NULL;
       PAP_CHECK(papAlgoPlan(e, &op->call, &chain));
-      if (chain) { /* the rest is planned as arrivals come (papPapExtend) */
-        comm->pap->chain = chain;
-        comm->pap->chainOp = op;
+      if (chain) { /* the rest is planned as arrivals come (papArrivalExtend) */
+        comm->arrival->chain = chain;
+        comm->arrival->chainOp = op;
       }
     }
   }
@@ -160,7 +160,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
       struct papEngine* e = &comms[c]->engine;
       if (papEngineDone(e)) continue;
       int p = 0;
-      if (e->pending) PAP_CHECK(papPapExtend(comms[c], &p));
+      if (e->pending) PAP_CHECK(papArrivalExtend(comms[c], &p));
       progressed |= p;
       PAP_CHECK(papEngineProgress(e, &p));
       progressed |= p;
@@ -192,7 +192,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
     for (int c = 0; c < ncomms && !p; c++) {
       if (papEngineDone(&comms[c]->engine)) continue;
       papcclResult_t res = papcclSuccess;
-      if (comms[c]->engine.pending) res = papPapExtend(comms[c], &p);
+      if (comms[c]->engine.pending) res = papArrivalExtend(comms[c], &p);
       if (res == papcclSuccess && !p) res = papEngineProgress(&comms[c]->engine, &p);
       if (res != papcclSuccess) {
         c0->tops->wait(c0->tstate, tok, 0);
@@ -226,10 +226,10 @@ static papcclResult_t arriveAll(struct papOpDesc* ops, int nops) {
     int grouped = 0;
     for (int j = 0; j < nops && !grouped; j++)
       grouped = j != i && (isColl(&ops[j]) || ops[j].comm != comm);
-    PAP_CHECK(papPapArrive(comm, &ops[i], papPapNeedsDecision(comm, &ops[i], grouped)));
+    PAP_CHECK(papArrive(comm, &ops[i], papArrivalNeedsCommit(comm, &ops[i], grouped)));
   }
   for (int i = 0; i < nops; i++)
-    if (isColl(&ops[i])) PAP_CHECK(papPapAwaitPlan(ops[i].comm, &ops[i]));
+    if (isColl(&ops[i])) PAP_CHECK(papArrivalAwaitCommit(ops[i].comm, &ops[i]));
   return papcclSuccess;
 }
 
@@ -280,7 +280,7 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
   if (driven) res = driveAll(comms, ncomms);
   if (res == papcclSuccess) {
     for (int i = 0; i < nops; i++)
-      papPapComplete(ops[i].comm, &ops[i]);
+      papArrivalComplete(ops[i].comm, &ops[i]);
   } else {
     /* The queues (or the arrival board) now hold a partial exchange: the comm cannot be
      * used again. */

@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "arrival.h"
 #include "fuzz_common.h"
+#include "perf/arrival.h"
 
 int LLVMFuzzerInitialize(int* argc, char*** argv) {
   (void)argc;

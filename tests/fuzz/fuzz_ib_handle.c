@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "ib/ib_parts.h"
+#include "ib/ib_handle.h"
 
 #define OFF_RANK 12
 #define OFF_NRANKS 16

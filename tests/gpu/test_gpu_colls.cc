@@ -30,7 +30,7 @@
 #include "kernels.h"
 #include "papccl.h"
 #include "tests/gpu/gpu_common.h"
-#include "tests/shim/shim_ipc.h"
+#include "tests/internal/shim_ipc.h"
 
 extern char** environ;
 

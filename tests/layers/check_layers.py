@@ -27,11 +27,11 @@ LAYERS = {
     'engine': ('src/engine', ['transport', 'kernels', 'core']),
     'algo': ('src/algo', ['engine', 'transport', 'kernels', 'core']),
     'comm': ('src/comm', ['algo', 'engine', 'transport', 'kernels', 'core']),
-    'pap': ('src/pap', ['comm', 'algo', 'engine', 'transport', 'kernels', 'core']),
-    'enqueue': ('src/enqueue', ['pap', 'comm', 'algo', 'engine', 'transport', 'kernels', 'core']),
-    'cuda': ('src/cuda', ['enqueue', 'pap', 'comm', 'algo', 'engine', 'transport', 'kernels',
+    'arrival': ('src/arrival', ['comm', 'algo', 'engine', 'transport', 'kernels', 'core']),
+    'enqueue': ('src/enqueue', ['arrival', 'comm', 'algo', 'engine', 'transport', 'kernels', 'core']),
+    'cuda': ('src/cuda', ['enqueue', 'arrival', 'comm', 'algo', 'engine', 'transport', 'kernels',
                           'core', 'bootstrap']),
-    'api': ('src/api', ['cuda', 'enqueue', 'pap', 'comm', 'algo', 'engine', 'transport',
+    'api': ('src/api', ['cuda', 'enqueue', 'arrival', 'comm', 'algo', 'engine', 'transport',
                         'kernels', 'core', 'bootstrap']),
 }
 HEADER_ONLY = {'comm'}  # no sources: its view is its includers' (checked through them)

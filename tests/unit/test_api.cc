@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "internal/shim_comm.h"
 #include "papccl.h"
-#include "shim/shim_comm.h"
 #include "unit/warn_test.h"
 
 extern "C" int papTestHeaderC99Probe(void);

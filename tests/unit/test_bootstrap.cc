@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "tests/shim/free_port.h"
-#include "tests/shim/shim_bootstrap.h"
+#include "tests/internal/free_port.h"
+#include "tests/internal/shim_bootstrap.h"
 
 namespace {
 

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "internal/shim_comm.h"
+#include "internal/shim_ib.h"
 #include "papccl.h"
-#include "shim/shim_comm.h"
-#include "shim/shim_ib.h"
 #include "unit/warn_test.h"
 
 namespace {

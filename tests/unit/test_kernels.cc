@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "sanitizer.h"
-#include "tests/shim/shim_kernels.h"
+#include "tests/internal/shim_kernels.h"
 
 namespace {
 

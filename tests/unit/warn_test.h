@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "shim/shim_comm.h"
+#include "internal/shim_comm.h"
 
 class WarnRecordingTest : public ::testing::Test {
  protected:

@@ -7,7 +7,7 @@
  * Connection setup. The ops table gives one allgathered handle per rank and a non-blocking
  * connect per peer, so every QP exists before the exchange: init creates one QP per peer
  * (plus, on rank 0, a loopback QP for the board) and moves each to INIT with its receives
- * posted. The handle (PAP_IB_HANDLE_BYTES, codec in ib_parts.c) carries the port's LID,
+ * posted. The handle (PAP_IB_HANDLE_BYTES, codec in ib_handle.c) carries the port's LID,
  * GID and MTU, the eager buffer settings, rank 0's board address and rkey, and the 24-bit
  * QP number this rank keeps for each peer; connect(peer) reads entry [rank] of the peer's
  * handle and moves the QP to RTR then RTS. That bounds a comm to PAP_IB_MAX_RANKS ranks

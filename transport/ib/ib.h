@@ -10,7 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ib/ib_parts.h"
+#include "ib/ib_handle.h"
+#include "ib/ib_mrcache.h"
+#include "ib/ib_rules.h"
 #include "papccl.h"
 #include "transport.h"
 

@@ -4,7 +4,7 @@
  *
  * Messages on one conn go in posting order. The receiver posts nbufs credited buffers per
  * peer plus IB_NCTRL spare ones. Every message is a send with immediate (kind + returned
- * credits, ib_parts.h). Up to PAPCCL_IB_RDMA_MIN bytes go eagerly: chunks of the bounce
+ * credits, ib_rules.h). Up to PAPCCL_IB_RDMA_MIN bytes go eagerly: chunks of the bounce
  * buffer size, the first with a (tag, bytes) header; an eager send is complete once its
  * bytes sit in send slots. Larger messages send an RTS; the receiver answers CTS with its
  * registered buffer (MR cache) and the sender RDMA-writes there, the last write with

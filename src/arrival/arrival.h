@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The PAP engine: arrival tracking on the board, the commit, the selector and the statistics
+ * (docs/PAP-ENGINE.md). */
+#ifndef PAPCCL_PAP_PAP_H_
+#define PAPCCL_PAP_PAP_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algo.h"
+#include "comm.h"
+#include "papccl.h"
+
+/* The arrival board: PAP_BOARD_SLOTS slots of 64-bit words held by the home rank (rank 0)
+ * and reached through the transport (boardAtomic, boardRead, notify). Slot layout (arrival.c):
+ * word, released, rank_at[N], t_arr[N]. */
+#define PAP_BOARD_SLOTS 4
+static inline size_t papBoardWords(int nranks) {
+  return (size_t)PAP_BOARD_SLOTS * (2 + 2 * (size_t)nranks);
+}
+
+/* Board word: [gen:24 | algo:6 | commit:1 | decided:1 | nE:16 | count:16]. */
+#define PAP_W_COUNT(w) ((uint32_t)((w)&0xffffu))
+#define PAP_W_NE(w) ((uint32_t)(((w) >> 16) & 0xffffu))
+#define PAP_W_DECIDED(w) ((int)(((w) >> 32) & 1u))
+#define PAP_W_COMMIT(w) ((int)(((w) >> 33) & 1u))
+#define PAP_W_ALGO(w) ((int)(((w) >> 34) & 0x3fu))
+#define PAP_W_GEN(w) ((uint32_t)((w) >> 40))
+#define PAP_GEN_MASK 0xffffffu
+
+/* Size buckets of the selector: floor(log2 bytes), per collective with a PAP-aware plan
+ * (enum papColl values below PAP_SEL_COLLS: allreduce, broadcast, reduce, allgather,
+ * reducescatter). */
+#define PAP_SEL_BUCKETS 48
+#define PAP_SEL_COLLS 5
+
+struct papSelBucket {
+  double skewEma; /* ns */
+  double skew2Ema; /* ns^2 */
+  double gapEma; /* in-burst inter-arrival gap, ns */
+  uint64_t samples;
+  int arrivalPlans; /* current mode: 1 = arrival-aware plans, 0 = classic */
+  int up; /* consecutive checks for switching to PAP */
+  int down; /* ... and back */
+};
+
+/* Per-communicator PAP state; owned by the progress-lock holder. */
+struct papArrivalState {
+  int nranks;
+  struct papSelBucket buckets[PAP_SEL_COLLS][PAP_SEL_BUCKETS];
+  int32_t* owners; /* [nranks] plan of the op being built: arrival order */
+  struct papChain* chain; /* the chain op waiting for its successor, or NULL */
+  struct papOpDesc* chainOp; /* that op */
+  int32_t* ident; /* [nranks] 0..N-1: owners of plans that need no commit */
+  int32_t* order; /* [nranks] scratch for statistics */
+  uint64_t* stamps; /* [nranks] */
+  uint64_t* slotBuf; /* [2 + 2 nranks]: one slot of the board, read in one go */
+  uint64_t* sorted; /* [nranks] */
+  /* statistics (papcclPapStats) */
+  papcclPapStats st;
+  double sumSkew, sumTail, sumInColl; /* ns, over complete ops */
+  double* sumLate; /* [nranks] ns */
+  uint64_t* late; /* [nranks] times last */
+  uint64_t reportOps; /* ops since the last PAP INFO line */
+  uint64_t reportPap; /* of those, with a PAP-aware plan */
+  uint64_t reportLate[PAPCCL_PAP_STATS_MAX_RANKS];
+  uint64_t reportComplete;
+  double reportSkew, reportTail;
+};
+
+papcclResult_t papArrivalInit(struct papComm* comm);
+void papArrivalFree(struct papComm* comm);
+
+/* Arrival of op on the board (stamp, position). decided: whether the plan waits for the
+ * decider's commit; every rank computes it alike from the op (papArrivalNeedsCommit). */
+int papArrivalNeedsCommit(const struct papComm* comm, const struct papOpDesc* op, int grouped);
+papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided);
+/* For a decided op: the decider chooses and commits; others wait for it. Fills op->algo,
+ * op->nE and comm->arrival->owners. Bounded by PAPCCL_TIMEOUT_S and abort. */
+papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op);
+/* While the engine has a pending extension (the chain waits for its successor to arrive):
+ * appends the rest of the plan once it can; *progressed = 1 then. */
+papcclResult_t papArrivalExtend(struct papComm* comm, int* progressed);
+/* Completion: stamps, statistics, selector. */
+void papArrivalComplete(struct papComm* comm, struct papOpDesc* op);
+/* papcclCommGetPapStats's figures (papcclInvalidUsage before the comm is up). */
+papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats);
+/* Destroy on rank 0 of a network board: waits (bounded) until every rank released the
+ * slots of the last collectives. */
+void papArrivalDrainBoard(struct papComm* comm);
+
+/* Selector (select.c): the one place an op's algorithm is chosen, PAPCCL_ALGO parsed once.
+ * papSelectLocal: the choice every rank makes alone at arrival (classic plans, or a PAP plan
+ * over all ranks in rank order); papArrivalNeedsCommit: whether the decider chooses instead;
+ * papSelect: the decider's choice. */
+void papSelectLocal(const struct papComm* comm, struct papOpDesc* op);
+struct papSelChoice {
+  int algo; /* enum papAlgo */
+  int wait; /* PAP-aware: wait for arrivals before committing */
+};
+struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op);
+/* The bytes the selector's buckets and model use for op (the whole vector of AllGather and
+ * ReduceScatter; the buffer of the others). */
+size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op);
+/* Feeds one complete op's skew and in-burst gap into its bucket. */
+void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs,
+                      double gapNs);
+/* tau_gap for the decider: how long without a new arrival before committing. */
+uint64_t papSelectGapNs(const struct papComm* comm, const struct papOpDesc* op);
+
+#endif /* PAPCCL_PAP_PAP_H_ */

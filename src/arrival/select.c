@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The selector: per size bucket, an EMA of the observed skew fed into the alpha-beta cost
+ * model of docs/PAP.md section 3.5, with hysteresis (docs/PAP-ENGINE.md section 3). It is
+ * the one place an op's algorithm is chosen. */
+#include <math.h>
+#include <pthread.h>
+
+#include "algo.h"
+#include "arrival.h"
+#include "comm.h"
+#include "log.h"
+#include "param.h"
+
+#define PAP_SEL_CHECK 4
+
+static int bucketOf(size_t bytes) {
+  int b = 0;
+  while (b + 1 < PAP_SEL_BUCKETS && ((size_t)1 << (b + 1)) <= bytes)
+    b++;
+  return b;
+}
+
+/* Model constants in ns and ns/byte. */
+struct model {
+  double alpha, beta, gamma, o, alphaC;
+};
+
+static struct model modelParams(void) {
+  struct model m;
+  m.alpha = (double)papParamPapAlphaNs();
+  m.beta = (double)papParamPapBetaPs() / 1000.0;
+  m.gamma = (double)papParamPapGammaPs() / 1000.0;
+  m.o = m.alpha * 0.3;
+  m.alphaC = 2 * m.alpha;
+  return m;
+}
+
+/* Time of the best classic allreduce (ring or RHD) on balanced arrivals, which is also its
+ * tail after a late arrival. */
+static double tClassicAllReduce(const struct model* m, double bytes, int n) {
+  double f = (double)(n - 1) / n;
+  double bw = 2 * f * bytes * m->beta + f * bytes * m->gamma;
+  double ring = 2 * (n - 1) * m->alpha + bw;
+  double rhd = 2 * ceil(log2((double)n)) * m->alpha + bw;
+  return ring < rhd ? ring : rhd;
+}
+
+/* Classic time, PAP tail after the last arrival, and the early ranks' pre-work, for the
+ * collectives other than AllReduce (docs/PAP.md section 4). */
+static void modelOther(const struct model* m, int coll, double bytes, int n, double* classic,
+                       double* tail, double* pre) {
+  double blk = bytes / n, c = (double)papParamChunkSize();
+  if (c > bytes) c = bytes;
+  switch (coll) {
+  case PAP_COLL_REDUCESCATTER:
+    *classic = (n - 1) * (m->alpha + blk * (m->beta + m->gamma));
+    *tail = 2 * m->alpha + (bytes - blk) * m->beta + blk * (m->beta + m->gamma);
+    *pre = (n - 2) * (m->alpha + blk * (m->beta + m->gamma));
+    break;
+  case PAP_COLL_ALLGATHER:
+    *classic = (n - 1) * (m->alpha + blk * m->beta);
+    *tail = 2 * m->alpha + blk * m->beta + (bytes - blk) * m->beta;
+    *pre = (n - 2) * (m->alpha + blk * m->beta);
+    break;
+  case PAP_COLL_BROADCAST:
+    *classic = bytes * m->beta + (n - 1) * (m->alpha + c * m->beta);
+    *tail = m->alpha + bytes * m->beta;
+    *pre = bytes * m->beta + (n - 2) * (m->alpha + c * m->beta);
+    break;
+  default: /* reduce */
+    *classic = bytes * (m->beta + m->gamma) + (n - 1) * (m->alpha + c * (m->beta + m->gamma));
+    *tail = m->alpha + bytes * (m->beta + m->gamma);
+    *pre = bytes * (m->beta + m->gamma) + (n - 2) * (m->alpha + c * (m->beta + m->gamma));
+    break;
+  }
+}
+
+static double tClassic(const struct model* m, int coll, double bytes, int n) {
+  if (coll == PAP_COLL_ALLREDUCE) return tClassicAllReduce(m, bytes, n);
+  double c, t, p;
+  modelOther(m, coll, bytes, n, &c, &t, &p);
+  return c;
+}
+
+/* Gain of the PAP plan (AC2S, or the small variant at or below PAPCCL_PAP_SMALL_MAX_BYTES;
+ * the section 4 plans for the other collectives) over the classic plan given a skew
+ * estimate (ns); > 0 favours the PAP plan. */
+static double gain(const struct model* m, int coll, double bytes, int n, double skewQ,
+                   double* tBest) {
+  double best, tail, pre;
+  if (coll != PAP_COLL_ALLREDUCE) {
+    modelOther(m, coll, bytes, n, &best, &tail, &pre);
+  } else if (bytes <= (double)papParamPapSmallMaxBytes()) {
+    best = tClassicAllReduce(m, bytes, n);
+    tail = m->alpha + (n - 1) * (m->o + bytes * m->beta) + 2 * bytes * m->gamma;
+    pre = m->alphaC + m->alpha + (n - 2) * (m->o + bytes * m->beta) + (n - 2) * bytes * m->gamma;
+  } else {
+    best = tClassicAllReduce(m, bytes, n);
+    tail = 2 * m->alpha + (n - 1) * m->o + bytes * m->beta + bytes / (n - 1) * m->gamma;
+    pre = m->alphaC + m->alpha + (n - 2) * m->o +
+          (double)(n - 2) / (n - 1) * bytes * (m->beta + m->gamma);
+  }
+  double wait = pre - skewQ;
+  if (wait < 0) wait = 0;
+  *tBest = best;
+  return best - (tail + wait);
+}
+
+/* PAPCCL_ALGO, parsed once (again after papParamReset). */
+static int forcedAlgo(void) {
+  static unsigned gen = ~0u;
+  static int algo;
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  unsigned g = papParamGeneration();
+  pthread_mutex_lock(&lock);
+  if (gen != g) {
+    const char* f = papParamAlgo();
+    algo = f ? papAlgoFromName(f) : PAP_ALGO_AUTO;
+    gen = g;
+  }
+  int a = algo;
+  pthread_mutex_unlock(&lock);
+  return a;
+}
+
+/* The classic allreduce: PAPCCL_ALGO=ring|rhd, else by size. */
+static int classicAllReduce(size_t bytes) {
+  int f = forcedAlgo();
+  return f == PAP_ALGO_RING || f == PAP_ALGO_RHD ? f : (int)papAlgoClassicAllReduce(bytes);
+}
+
+void papSelectLocal(const struct papComm* comm, struct papOpDesc* op) {
+  if (op->call.coll != PAP_COLL_ALLREDUCE) {
+    op->call.commit.algo = PAP_ALGO_AUTO; /* the classic plan */
+    return;
+  }
+  int n = comm->nranks;
+  size_t bytes = op->call.count * papKernTypeSize(op->call.dtype);
+  op->call.commit.nE = n;
+  op->call.commit.owners = comm->arrival->ident;
+  if (papParamDeterministic()) {
+    op->call.commit.algo = PAP_ALGO_AC2S_DET;
+    return;
+  }
+  int f = forcedAlgo();
+  if ((f == PAP_ALGO_AC2S || f == PAP_ALGO_SMALL) && papParamPap()) {
+    op->call.commit.algo = f; /* over all ranks in rank order: no commit needed */
+    return;
+  }
+  /* The chain needs the arrival order: inside a group it runs the classic plan. */
+  op->call.commit.algo = classicAllReduce(bytes);
+}
+
+int papArrivalNeedsCommit(const struct papComm* comm, const struct papOpDesc* op, int grouped) {
+  if (op->call.coll >= PAP_SEL_COLLS || op->call.count == 0 || comm->nranks < 2 || grouped)
+    return 0;
+  int det = papParamDeterministic() != 0;
+  if (det && op->call.coll == PAP_COLL_ALLREDUCE) return 1;
+  /* Deterministic mode: ReduceScatter and Reduce keep their fixed rank order (classic). */
+  if (det && (op->call.coll == PAP_COLL_REDUCE || op->call.coll == PAP_COLL_REDUCESCATTER))
+    return 0;
+  if (!papParamPap()) return 0;
+  int f = forcedAlgo();
+  if (f == PAP_ALGO_RING || f == PAP_ALGO_RHD) return 0;
+  return 1;
+}
+
+size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op) {
+  size_t b = op->call.count * papKernTypeSize(op->call.dtype);
+  if (op->call.coll == PAP_COLL_ALLGATHER || op->call.coll == PAP_COLL_REDUCESCATTER)
+    b *= (size_t)comm->nranks;
+  return b;
+}
+
+static struct papSelBucket* bucketFor(struct papComm* comm, const struct papOpDesc* op) {
+  int coll = op->call.coll < PAP_SEL_COLLS ? op->call.coll : 0;
+  return &comm->arrival->buckets[coll][bucketOf(papSelectBytes(comm, op))];
+}
+
+struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) {
+  struct papSelChoice c;
+  size_t bytes = papSelectBytes(comm, op);
+  int forced = forcedAlgo();
+  int pap = forced == PAP_ALGO_AC2S || forced == PAP_ALGO_SMALL || forced == PAP_ALGO_CHAIN ||
+            forced == PAP_ALGO_ARRIVAL;
+  if (op->call.coll != PAP_COLL_ALLREDUCE) {
+    /* Classic plans of these collectives are marked "ring" in the commit word. */
+    c.algo = PAP_ALGO_RING;
+    c.wait = 0;
+    if (pap || (comm->nranks > 2 && bucketFor(comm, op)->arrivalPlans)) {
+      c.algo = PAP_ALGO_ARRIVAL;
+      c.wait = 1;
+    }
+    return c;
+  }
+  c.algo = classicAllReduce(bytes);
+  c.wait = 0;
+  if (papParamDeterministic()) {
+    c.algo = PAP_ALGO_AC2S_DET;
+    c.wait = 1;
+    return c;
+  }
+  if (forced == PAP_ALGO_AC2S || forced == PAP_ALGO_SMALL) {
+    c.algo = forced;
+    c.wait = 1; /* commit policy: wait for the early set */
+    return c;
+  }
+  if (forced == PAP_ALGO_CHAIN) {
+    c.algo = forced; /* the chain grows with each arrival: commit at once */
+    return c;
+  }
+  if (forced == PAP_ALGO_ARRIVAL) forced = PAP_ALGO_AUTO;
+  if (!papParamPap() || comm->nranks <= 2) return c;
+  if (forced == PAP_ALGO_AUTO && !bucketFor(comm, op)->arrivalPlans) return c;
+  c.algo = bytes <= (size_t)papParamPapSmallMaxBytes() ? PAP_ALGO_SMALL : PAP_ALGO_AC2S;
+  c.wait = 1;
+  return c;
+}
+
+void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs,
+                      double gapNs) {
+  if (op->call.coll >= PAP_SEL_COLLS) return;
+  struct papSelBucket* b = bucketFor(comm, op);
+  size_t bytes = papSelectBytes(comm, op);
+  const double lambda = 1.0 / 8;
+  if (b->samples == 0) {
+    b->skewEma = skewNs;
+    b->skew2Ema = skewNs * skewNs;
+    b->gapEma = gapNs;
+  } else {
+    b->skewEma += lambda * (skewNs - b->skewEma);
+    b->skew2Ema += lambda * (skewNs * skewNs - b->skew2Ema);
+    b->gapEma += lambda * (gapNs - b->gapEma);
+  }
+  b->samples++;
+  int n = comm->nranks;
+  /* Decide every PAP_SEL_CHECK samples: the spread estimate needs a few samples, and a
+   * single outlier (the first call after init usually is one) must not flip the mode. */
+  if (n <= 2 || b->samples % PAP_SEL_CHECK != 0) return;
+  struct model m = modelParams();
+  double var = b->skew2Ema - b->skewEma * b->skewEma;
+  double sigma = var > 0 ? sqrt(var) : 0;
+  double q = b->skewEma - sigma;
+  double best = 0;
+  double g = gain(&m, op->call.coll, (double)bytes, n, q, &best);
+  double thresh = 0.05 * best;
+  if (thresh < 2 * m.alphaC) thresh = 2 * m.alphaC;
+  int was = b->arrivalPlans;
+  if (!b->arrivalPlans) {
+    b->up = g > thresh ? b->up + 1 : 0;
+    if (b->up >= 2) {
+      b->arrivalPlans = 1;
+      b->up = 0;
+    }
+  } else {
+    b->down = g < 0 ? b->down + 1 : 0;
+    if (b->down >= 4) {
+      b->arrivalPlans = 0;
+      b->down = 0;
+    }
+  }
+  static const char* const names[PAP_SEL_COLLS] = {"allreduce", "broadcast", "reduce", "allgather",
+                                                   "reducescatter"};
+  if (was != b->arrivalPlans && comm->rank == 0)
+    PAP_INFO(PAP_LOG_PAP,
+             "PAP selector: %zu-byte %s on %d ranks -> %s (skew EMA %.1f us, sigma %.1f us, "
+             "modelled gain %.1f us)",
+             bytes, names[op->call.coll], n,
+             !b->arrivalPlans                              ? "classic"
+             : bytes <= (size_t)papParamPapSmallMaxBytes() ? "small"
+                                                           : "ac2s",
+             b->skewEma / 1e3, sigma / 1e3, g / 1e3);
+}
+
+uint64_t papSelectGapNs(const struct papComm* comm, const struct papOpDesc* op) {
+  const struct papSelBucket* b = bucketFor((struct papComm*)comm, op);
+  size_t bytes = papSelectBytes(comm, op);
+  double floorNs = (double)papParamPapGapUs() * 1000.0;
+  double g = 3 * b->gapEma;
+  /* Waiting longer than a whole classic allreduce buys nothing: a mistimed commit costs
+   * about that much at most. */
+  struct model m = modelParams();
+  double cap =
+      tClassic(&m, op->call.coll < PAP_SEL_COLLS ? op->call.coll : 0, (double)bytes, comm->nranks);
+  if (g > cap) g = cap;
+  return (uint64_t)(g > floorNs ? g : floorNs);
+}

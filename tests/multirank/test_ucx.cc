@@ -1,0 +1,533 @@
+// SPDX-License-Identifier: Apache-2.0
+// The UCX transport between "hosts". Each host is a network namespace of its own, with its
+// own eth0 and address on a bridge (scripts/netns-hosts.sh), so every byte and every
+// arrival-board atomic crosses the kernel's network stack through real UCX (UCX_TLS=tcp).
+// Where namespaces cannot be made (not root), the same tests run with ranks given different
+// PAPCCL_HOSTID over the loopback stack. Every collective, datatype and op; arrival patterns
+// with the PAP-aware allreduce; a peer process killed mid-run; a host whose link is cut.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "internal/shim_comm.h"
+#include "multirank/harness.h"
+#include "perf/arrival.h"
+
+namespace papt {
+namespace {
+
+class Ucx : public Test {};
+
+#ifndef PAPCCL_HAVE_UCX
+TEST_F(Ucx, NotBuilt) {
+  GTEST_SKIP() << "this build has no UCX transport (libucx-dev was not found at configure time)";
+}
+#else
+
+// ---- Hosts as network namespaces ------------------------------------------------------------
+
+const char* const kNetnsScript = PAPCCL_SOURCE_ROOT "/scripts/netns-hosts.sh";
+
+// Why namespaces cannot be used here ("" when they can). Asked once per process.
+const std::string& NetnsUnavailable() {
+  static const std::string why = [] {
+    std::string cmd = std::string(kNetnsScript) + " check 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return std::string("popen failed");
+    std::string text;
+    char buf[256];
+    while (fgets(buf, sizeof(buf), p))
+      text += buf;
+    int st = pclose(p);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return std::string();
+    while (!text.empty() && text.back() == '\n')
+      text.pop_back();
+    return text.empty() ? std::string("netns-hosts.sh check failed") : text;
+  }();
+  return why;
+}
+
+// PAPCCL_TEST_NETNS=require (scripts/test.sh sets it when it runs as root, as CI does):
+// a machine that cannot make namespaces fails the namespace tests instead of skipping them.
+bool NetnsRequired() {
+  const char* v = getenv("PAPCCL_TEST_NETNS");
+  return v && strcmp(v, "require") == 0;
+}
+
+// `hosts` namespaces PREFIX-h0.. on one bridge for the life of the object.
+class NetnsHosts {
+ public:
+  explicit NetnsHosts(int hosts) {
+    prefix_ = "papt" + std::to_string(getpid()) + "-" + std::to_string(counter_++);
+    ok_ = Run("up " + prefix_ + " " + std::to_string(hosts));
+  }
+  ~NetnsHosts() {
+    Run("down " + prefix_);
+  }
+  NetnsHosts(const NetnsHosts&) = delete;
+  NetnsHosts& operator=(const NetnsHosts&) = delete;
+  bool ok() const {
+    return ok_;
+  }
+  std::string Name(int host) const {
+    return prefix_ + "-h" + std::to_string(host);
+  }
+  static std::string Address(int host) {
+    return "10.99.0." + std::to_string(host + 1);
+  }
+  // Moves the calling process (a freshly forked rank, one thread) into host's namespace.
+  bool Enter(int host) const {
+    std::string path = "/run/netns/" + Name(host);
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    int rc = setns(fd, CLONE_NEWNET);
+    close(fd);
+    return rc == 0;
+  }
+  // Bytes host's eth0 has received (-1 when unknown).
+  long long RxBytes(int host) const {
+    std::string cmd =
+        "ip netns exec " + Name(host) + " cat /sys/class/net/eth0/statistics/rx_bytes";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return -1;
+    long long v = -1;
+    if (fscanf(p, "%lld", &v) != 1) v = -1;
+    pclose(p);
+    return v;
+  }
+  bool Run(const std::string& args) const {
+    std::string cmd = std::string(kNetnsScript) + " " + args + " >&2";
+    int st = system(cmd.c_str());
+    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+
+ private:
+  static int counter_;
+  std::string prefix_;
+  bool ok_ = false;
+};
+int NetnsHosts::counter_ = 0;
+
+// Skips (or, when required, fails) a test that needs namespaces where none can be made.
+#define PAPT_NEED_NETNS() \
+  do { \
+    const std::string& why_ = NetnsUnavailable(); \
+    if (!why_.empty()) { \
+      if (NetnsRequired()) FAIL() << "PAPCCL_TEST_NETNS=require, but: " << why_; \
+      GTEST_SKIP() << "hosts as network namespaces need root and iproute2 (" << why_ \
+                   << "); the PAPCCL_HOSTID variant of this test runs instead"; \
+    } \
+  } while (0)
+
+// How the "hosts" of a test are separated.
+enum class HostKind {
+  kNetns,
+  kHostId
+};
+
+// The host of each rank ("0,1,0,1": ranks 0 and 2 on host 0), the forced allreduce
+// algorithm ("" = the selector's choice), PAPCCL_HIER, and how hosts are separated.
+using UcxParam = std::tuple<std::string, std::string, int, HostKind>;
+class UcxHosts : public Ucx, public ::testing::WithParamInterface<UcxParam> {};
+
+std::vector<int> HostLayout(const std::string& layout) {
+  std::vector<int> hostOf;
+  for (size_t i = 0; i < layout.size(); i++)
+    if (layout[i] != ',') hostOf.push_back(layout[i] - '0');
+  return hostOf;
+}
+
+// A child's communicator over UCX: its own host id, TCP only. With namespaces the child
+// enters its host's namespace first (before any library thread exists).
+papcclComm_t UcxComm(Rank& rk, int hostIdx, const NetnsHosts* ns = nullptr) {
+  std::string host = "ucx-test-host-" + std::to_string(hostIdx);
+  if (ns) {
+    EXPECT_TRUE(ns->Enter(hostIdx))
+        << "cannot enter namespace " << ns->Name(hostIdx) << ": " << strerror(errno);
+    if (::testing::Test::HasFailure()) return nullptr;
+    host = ns->Name(hostIdx);
+  }
+  setenv("UCX_TLS", "tcp", 1);
+  ScopedEnv hostId("PAPCCL_HOSTID", host);
+  papTestCommParamReset();  // the parent may have read PAPCCL_* before the test set them
+  papcclComm_t comm = nullptr;
+  EXPECT_EQ(papcclSuccess, papcclCommInitRank(&comm, rk.nranks, rk.id, rk.rank))
+      << papcclGetLastError(nullptr);
+  return comm;
+}
+
+TEST_P(UcxHosts, EveryCollectiveTypeOpAndPattern) {
+  const std::vector<int> hostOf = HostLayout(std::get<0>(GetParam()));
+  const int n = (int)hostOf.size();
+  const int hosts = *std::max_element(hostOf.begin(), hostOf.end()) + 1;
+  const std::string algo = std::get<1>(GetParam());
+  const int hier = std::get<2>(GetParam());
+  const bool netns = std::get<3>(GetParam()) == HostKind::kNetns;
+  // The hierarchy applies when some host has more than one rank.
+  const bool expectHier = hier && n > hosts;
+  ScopedEnv hierEnv("PAPCCL_HIER", hier ? "1" : "0");
+  std::unique_ptr<NetnsHosts> ns;
+  if (netns) {
+    PAPT_NEED_NETNS();
+    ns.reset(new NetnsHosts(hosts));
+    ASSERT_TRUE(ns->ok()) << "netns-hosts.sh up failed (its output is above)";
+  }
+  // With namespaces, rank 0 (on host 0) serves the bootstrap at its own address: the
+  // parent, in the root namespace, could not be reached from the hosts.
+  std::string commId = NetnsHosts::Address(0) + ":29500";
+  ScopedEnv rendezvous("PAPCCL_COMM_ID", netns ? commId.c_str() : nullptr);
+  ScopedEnv forced("PAPCCL_ALGO", algo.empty() ? nullptr : algo.c_str());
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  ScopedEnv gap("PAPCCL_PAP_GAP_US", "100");
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, hostOf[rk.rank], ns.get());
+        ASSERT_NE(nullptr, rk.comm);
+        uint32_t seed = 1;
+        // Every collective x datatype x op (uneven counts, in and out of place, roots).
+        for (Coll coll : kAllColls) {
+          for (papcclDataType_t t : kAllTypes) {
+            for (Op op : kAllOps) {
+              if (!CollReduces(coll) && op != Op::kSum) continue;
+              Case c;
+              c.coll = coll;
+              c.type = t;
+              c.op = op;
+              c.count = (seed % 3 == 0) ? 70001 : 1001;
+              c.inPlace = (seed & 1) != 0;
+              c.root = (int)seed;
+              c.seed = seed++;
+              EXPECT_TRUE(RunCase(rk, c)) << c.Describe();
+            }
+          }
+        }
+        // Arrival patterns with the PAP-aware allreduce: a late host's ranks arrive 3 ms
+        // after the others; the plan must be right and must be the PAP one.
+        for (const char* pat : {"balanced", "late", "late-k:2", "staircase"}) {
+          papPerfArrival a;
+          memset(&a, 0, sizeof(a));
+          a.skewUs = 3000;
+          char err[256];
+          ASSERT_EQ(0, papPerfArrivalParse(pat, &a, err, sizeof(err))) << err;
+          for (size_t count : {size_t(7), size_t(300001)}) {
+            Case c;
+            c.count = count;
+            c.seed = seed++;
+            CaseRunner cr(rk, c);
+            papPerfDelayUs(papPerfArrivalDelayUs(&a, rk.rank, n, (long)c.seed));
+            bool ok = cr.Issue();
+            EXPECT_TRUE(cr.Verify() && ok) << pat << " " << c.Describe();
+          }
+          papPerfArrivalFree(&a);
+        }
+        papcclPapStats st;
+        memset(&st, 0, sizeof(st));
+        EXPECT_EQ(papcclSuccess, papcclCommGetPapStats(rk.comm, &st));
+        if (algo == "ac2s" && !expectHier) {
+          EXPECT_GT(st.papOps, 0u) << "no collective ran the PAP-aware plan over UCX";
+        }
+        // Every allreduce the hierarchy can serve took it (sum/prod/min/max outside groups:
+        // 4 of 5 ops per datatype, plus the pattern runs), or none when it is off.
+        int64_t hierOps = papTestCommHierOps(rk.comm);
+        if (expectHier) {
+          EXPECT_GE(hierOps, (int64_t)(4 * kAllTypes.size() + 8)) << "hierarchical allreduces";
+        } else {
+          EXPECT_EQ(-1, hierOps) << "a hierarchy was set up where none applies";
+        }
+        // Finalize first: rank 0 holds the arrival board the others still release.
+        EXPECT_EQ(papcclSuccess, papcclCommFinalize(rk.comm)) << papcclGetLastError(rk.comm);
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      opt);
+  ExpectAllSucceeded(out, netns ? "UCX between namespaces" : "UCX between host ids");
+  // The data really crossed the links: each host received at least its share of one
+  // 300001-element allreduce per pattern through its eth0.
+  for (int h = 0; netns && h < hosts; h++) {
+    EXPECT_GT(ns->RxBytes(h), 4LL * 300001 * 4) << "host " << h << " saw too little traffic";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, UcxHosts,
+                         ::testing::Values(UcxParam{"0,0,1,1", "ac2s", 0, HostKind::kNetns},
+                                           UcxParam{"0,1,0,1,1", "", 1, HostKind::kNetns},
+                                           UcxParam{"0,1,2", "", 1, HostKind::kNetns},
+                                           UcxParam{"0,0,1,1", "", 1, HostKind::kHostId},
+                                           UcxParam{"0,1,2", "ac2s", 1, HostKind::kHostId}),
+                         [](const ::testing::TestParamInfo<UcxParam>& i) {
+                           std::string layout;
+                           for (char ch : std::get<0>(i.param))
+                             layout += ch == ',' ? '_' : ch;
+                           return std::string(std::get<3>(i.param) == HostKind::kNetns
+                                                  ? "netns_"
+                                                  : "hostid_") +
+                                  "hosts" + layout + (std::get<2>(i.param) ? "_hier" : "_flat") +
+                                  (std::get<1>(i.param).empty() ? "" : "_" + std::get<1>(i.param));
+                         });
+
+// A host whose process dies mid-run: the survivors fail with an error within the timeout
+// instead of hanging, and can destroy their communicators.
+#ifdef PAPCCL_HAVE_IB
+// PAPCCL_TRANSPORT=ib on hosts without an RDMA device (this machine): every rank's ib init
+// fails with one line, the comm falls back to ucx and works.
+TEST_F(Ucx, ForcedIbFallsBackToUcx) {
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  ScopedEnv force("PAPCCL_TRANSPORT", "ib");
+  auto out = RunProcesses(
+      2,
+      [&](Rank& rk) {
+        ExpectWarn fallback({"no RDMA device found", "falling back to ucx"});
+        rk.comm = UcxComm(rk, rk.rank);
+        ASSERT_NE(nullptr, rk.comm);
+        EXPECT_EQ(2, fallback.Count()) << "one line from ib, one for the fallback";
+        Case c;
+        c.count = 70001;
+        EXPECT_TRUE(RunCase(rk, c));
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      opt);
+  ExpectAllSucceeded(out, "forced ib falls back to ucx");
+}
+#endif
+
+// Destroy is local, and a root can finish a broadcast before the others arrive. Over a
+// network the arrival board goes with rank 0's communicator, so rank 0 destroying right
+// after its broadcast must not make the late ranks' broadcast fail.
+TEST_F(Ucx, RootDestroysFirst) {
+  const int n = 3;
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  opt.deadlineS = 120;
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", "30");
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, rk.rank);
+        ASSERT_NE(nullptr, rk.comm);
+        std::vector<float> b(256, rk.rank == 0 ? 7.0f : 0.0f);
+        if (rk.rank != 0) usleep(300000);  // rank 0 is done and gone before these arrive
+        EXPECT_EQ(papcclSuccess,
+                  papcclBroadcast(b.data(), b.data(), b.size(), papcclFloat32, 0, rk.comm, nullptr))
+            << papcclGetLastError(rk.comm);
+        EXPECT_EQ(7.0f, b[0]);
+        EXPECT_EQ(7.0f, b[255]);
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      opt);
+  ExpectAllSucceeded(out, "root destroys first");
+}
+
+// hostOf: the host of each rank; dead: the rank whose process exits.
+void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead) {
+  const int n = (int)hostOf.size();
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  opt.deadlineS = 120;
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", "20");
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, hostOf[rk.rank]);
+        ASSERT_NE(nullptr, rk.comm);
+        Case c;
+        c.count = 100000;
+        EXPECT_TRUE(RunCase(rk, c));
+        ExpectWarn warned;  // the survivors log why they fail (the peer, then the board)
+        if (rk.rank == dead) _exit(0);  // the process goes away without a word
+        std::vector<float> b(100000, 1.0f);
+        double t0 = NowS();
+        papcclResult_t r = papcclAllReduce(b.data(), b.data(), b.size(), papcclFloat32, papcclSum,
+                                           rk.comm, nullptr);
+        EXPECT_NE(papcclSuccess, r);
+        EXPECT_LT(NowS() - t0, 60.0) << "the failure took longer than the timeout allows";
+        // Rank 0 holds the arrival board: it stays a moment so that the other survivors
+        // fail on the dead peer, not on a vanished board.
+        if (rk.rank == 0) usleep(500000);
+        EXPECT_EQ(papcclSuccess, papcclCommAbort(rk.comm));
+      },
+      opt);
+  for (const auto& o : out) {
+    if (o.rank == dead) continue;
+    EXPECT_TRUE(o.exited && o.exitCode == 0) << "rank " << o.rank << " exit " << o.exitCode;
+  }
+}
+
+TEST_F(Ucx, DeadPeerFailsCleanly) {
+  DeadPeerFailsCleanly({0, 1, 2}, 1);
+}
+
+// The same in a hierarchy (two hosts of two ranks): the dead rank's host mate fails in the
+// local step, the leaders in the network step, the other rank in the local broadcast.
+TEST_F(Ucx, DeadPeerInHierarchyFailsCleanly) {
+  DeadPeerFailsCleanly({0, 0, 1, 1}, 3);
+}
+
+// Takes this namespace's eth0 down, as a pulled cable would (the process is root there).
+bool LinkDown(const char* ifname) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof(ifr));
+  snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
+  bool ok = ioctl(fd, SIOCGIFFLAGS, &ifr) == 0;
+  if (ok) {
+    ifr.ifr_flags = (short)(ifr.ifr_flags & ~IFF_UP);
+    ok = ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
+  }
+  close(fd);
+  return ok;
+}
+
+// Sends this process's stdout and stderr (where UCX logs) to a file while it lives; Text()
+// gives what was written.
+class CaptureOutput {
+ public:
+  CaptureOutput() {
+    char path[] = "/tmp/papt-out-XXXXXX";
+    fd_ = mkstemp(path);
+    if (fd_ < 0) return;
+    unlink(path);
+    fflush(stdout);
+    fflush(stderr);
+    saved1_ = dup(1);
+    saved2_ = dup(2);
+    dup2(fd_, 1);
+    dup2(fd_, 2);
+  }
+  std::string Text() {
+    Restore();
+    std::string text;
+    if (fd_ < 0) return text;
+    char buf[4096];
+    ssize_t got;
+    off_t off = 0;
+    while ((got = pread(fd_, buf, sizeof(buf), off)) > 0) {
+      text.append(buf, (size_t)got);
+      off += got;
+    }
+    return text;
+  }
+  ~CaptureOutput() {
+    Restore();
+    if (fd_ >= 0) close(fd_);
+  }
+  CaptureOutput(const CaptureOutput&) = delete;
+  CaptureOutput& operator=(const CaptureOutput&) = delete;
+
+ private:
+  void Restore() {
+    if (saved1_ < 0) return;
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved1_, 1);
+    dup2(saved2_, 2);
+    close(saved1_);
+    close(saved2_);
+    saved1_ = saved2_ = -1;
+  }
+  int fd_ = -1;
+  int saved1_ = -1;
+  int saved2_ = -1;
+};
+
+// A host whose link is cut while allreduces run (its eth0 goes down mid-collective): every
+// rank, the cut one included, returns an error within the timeout of its last completed
+// collective instead of hanging, and can abort its communicator. Results completed before
+// the cut are checked.
+TEST_F(Ucx, CutLinkFailsCleanly) {
+  PAPT_NEED_NETNS();
+  const int n = 3;
+  const int cutHost = 2;  // not rank 0: that one serves the arrival board
+  const double timeoutS = 10;
+  NetnsHosts ns(n);
+  ASSERT_TRUE(ns.ok()) << "netns-hosts.sh up failed (its output is above)";
+  std::string commId = NetnsHosts::Address(0) + ":29500";
+  ScopedEnv rendezvous("PAPCCL_COMM_ID", commId.c_str());
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", "10");
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  opt.deadlineS = 180;
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, rk.rank, &ns);
+        ASSERT_NE(nullptr, rk.comm);
+        ExpectWarn warned;  // the ranks log why they fail
+        const size_t count = 1 << 20;
+        std::vector<float> b(count);
+        std::thread cutter;
+        double lastOk = NowS(), failedAt = 0;
+        papcclResult_t r = papcclSuccess;
+        int done = 0;
+        while (NowS() - lastOk < 60) {
+          std::fill(b.begin(), b.end(), 1.0f + (float)rk.rank);
+          // The cut host pulls its cable a moment after its 5th collective has started.
+          if (rk.rank == cutHost && done == 5) {
+            cutter = std::thread([] {
+              usleep(2000);
+              EXPECT_TRUE(LinkDown("eth0")) << "cannot take eth0 down: " << strerror(errno);
+            });
+          }
+          r = papcclAllReduce(b.data(), b.data(), count, papcclFloat32, papcclSum, rk.comm,
+                              nullptr);
+          if (r != papcclSuccess) {
+            failedAt = NowS();
+            break;
+          }
+          EXPECT_TRUE(b[0] == 6.0f && b[count - 1] == 6.0f && b[count / 2] == 6.0f)
+              << "wrong result before the cut: " << b[0];
+          lastOk = NowS();
+          done++;
+        }
+        if (cutter.joinable()) cutter.join();
+        EXPECT_NE(papcclSuccess, r) << "rank " << rk.rank << " never noticed the cut link";
+        EXPECT_GE(done, 5) << "the cut came before the ranks were running";
+        if (r != papcclSuccess) {
+          EXPECT_LT(failedAt - lastOk, timeoutS + 15)
+              << "rank " << rk.rank << " took " << failedAt - lastOk
+              << " s to fail; PAPCCL_TIMEOUT_S is " << timeoutS;
+        }
+        double t0 = NowS();
+        // Rank 0 holds the arrival board: it stays a moment so that the other survivor
+        // fails on the cut peer, not on a vanished board.
+        if (rk.rank == 0) usleep(500000);
+        std::string ucxLog;
+        {
+          CaptureOutput cap;
+          EXPECT_EQ(papcclSuccess, papcclCommAbort(rk.comm));
+          ucxLog = cap.Text();
+        }
+        EXPECT_LT(NowS() - t0, 30.0) << "abort after the cut took too long";
+        // Sends the cut left running must be completed and freed before the worker goes:
+        // UCX complains about every request still out at that point.
+        EXPECT_EQ(std::string::npos, ucxLog.find("UCX  WARN")) << ucxLog;
+        fprintf(stderr, "rank %d: %d collectives, then error %d after %.1f s\n", rk.rank, done,
+                (int)r, failedAt - lastOk);
+      },
+      opt);
+  ExpectAllSucceeded(out, "UCX with a cut link");
+}
+
+#endif  // PAPCCL_HAVE_UCX
+
+}  // namespace
+}  // namespace papt

@@ -1,8 +1,0 @@
-/* SPDX-License-Identifier: Apache-2.0 */
-#include "tests/shim/free_port.h"
-
-#include "src/launcher/free_port.h"
-
-int papTestFreeFixedPort(void) {
-  return papFreeFixedPort();
-}
