@@ -45,13 +45,16 @@ static papcclResult_t collCommon(struct papOpDesc* d, const char* fn, int reduce
   /* The size check applies on every rank (a non-root's share of an impossible op is as
    * bad); the NULL check only where the buffer is used. */
   size_t maxMult = sendMult > recvMult ? sendMult : recvMult;
-  if (maxMult) PAP_CHECK_GOTO(papArgCheckCount(fn, d->call.count, d->call.dtype, maxMult), res, out);
+  if (maxMult)
+    PAP_CHECK_GOTO(papArgCheckCount(fn, d->call.count, d->call.dtype, maxMult), res, out);
   if (sendMult && (!sendOnRootOnly || isRoot))
-    PAP_CHECK_GOTO(papArgCheckBuf(fn, "sendbuff", d->call.sendbuff, d->call.count, d->call.dtype, sendMult), res,
-                   out);
+    PAP_CHECK_GOTO(
+        papArgCheckBuf(fn, "sendbuff", d->call.sendbuff, d->call.count, d->call.dtype, sendMult),
+        res, out);
   if (recvMult && (!recvOnRootOnly || isRoot))
-    PAP_CHECK_GOTO(papArgCheckBuf(fn, "recvbuff", d->call.recvbuff, d->call.count, d->call.dtype, recvMult), res,
-                   out);
+    PAP_CHECK_GOTO(
+        papArgCheckBuf(fn, "recvbuff", d->call.recvbuff, d->call.count, d->call.dtype, recvMult),
+        res, out);
   if (papDeviceAvailable()) {
     size_t esz = papKernTypeSize(d->call.dtype);
     d->sendBytes = sendMult && (!sendOnRootOnly || isRoot) ? d->call.count * esz * sendMult : 0;

@@ -129,15 +129,16 @@ static papcclResult_t innerResult(struct papComm* comm, struct papComm* inner, p
 papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op) {
   struct papComm* comm = d->comm;
   struct papComm* local = comm->hierLocal;
-  papcclResult_t res =
-      papcclReduce(d->call.sendbuff, d->call.recvbuff, d->call.count, d->call.dtype, op, 0, local, d->stream);
+  papcclResult_t res = papcclReduce(d->call.sendbuff, d->call.recvbuff, d->call.count,
+                                    d->call.dtype, op, 0, local, d->stream);
   PAP_CHECK(innerResult(comm, local, res));
   if (comm->hierLeaders) {
-    res = papcclAllReduce(d->call.recvbuff, d->call.recvbuff, d->call.count, d->call.dtype, op, comm->hierLeaders,
-                          d->stream);
+    res = papcclAllReduce(d->call.recvbuff, d->call.recvbuff, d->call.count, d->call.dtype, op,
+                          comm->hierLeaders, d->stream);
     PAP_CHECK(innerResult(comm, comm->hierLeaders, res));
   }
-  res = papcclBroadcast(d->call.recvbuff, d->call.recvbuff, d->call.count, d->call.dtype, 0, local, d->stream);
+  res = papcclBroadcast(d->call.recvbuff, d->call.recvbuff, d->call.count, d->call.dtype, 0, local,
+                        d->stream);
   PAP_CHECK(innerResult(comm, local, res));
   atomic_fetch_add_explicit(&comm->hierOps, 1, memory_order_relaxed);
   papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
