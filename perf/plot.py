@@ -18,7 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def load_cells(path):
+def load_cells(path, want=None):
+    """Cells of one rank count: `want`, else the first in the file."""
     cells = {}
     nranks = 0
     for line in open(path):
@@ -26,6 +27,8 @@ def load_cells(path):
         if len(f) < 9:
             continue
         _, lib, n, pat, size, incoll, tail, skew, _ = f
+        if (want or nranks or int(n)) != int(n):
+            continue
         nranks = int(n)
         cells.setdefault((lib, pat, int(size)), []).append((float(incoll), float(tail)))
     return cells, nranks
@@ -122,10 +125,11 @@ def main():
     ap.add_argument("--cells")
     ap.add_argument("--timeline")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--ranks", type=int, help="rank count to plot (default: the first in the cells)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if a.cells:
-        cells, n = load_cells(a.cells)
+        cells, n = load_cells(a.cells, a.ranks)
         if not cells:
             sys.exit(f"plot.py: no cells in {a.cells}")
         busbw_plot(cells, n, a.out)

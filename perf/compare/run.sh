@@ -6,9 +6,10 @@
 # the ratio papccl/peer per cell, and writes every cell to $OUT/cells.tsv (for plot.py).
 #
 # Usage: perf/compare/run.sh [--quick]      BUILD=dir (default ./build), OUT=dir (default a
-#   temp dir), NRANKS (4), ROUNDS (3), ITERS (20), WARMUP (10),
+#   temp dir), NRANKS (rank counts, "4"; e.g. "2 4 8"), ROUNDS (3), ITERS (20), WARMUP (10),
 #   PATTERNS ("balanced:0 late:2000 late:20000 staircase:20000"),
-#   LIBS ("papccl openmpi gloo-ring gloo-halving_doubling")
+#   LIBS ("papccl openmpi gloo-ring gloo-halving_doubling"),
+#   SIZES (all_reduce sizes as -b/-e/-f, "-b 64K -e 16M -f 16"; e.g. "-b 8 -e 64M -f 8")
 # --quick: one round, 64 KiB and 1 MiB, patterns balanced and late:2000, few calls (CI smoke).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -20,7 +21,7 @@ ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-10}
 PATTERNS=${PATTERNS:-"balanced:0 late:2000 late:20000 staircase:20000"}
 LIBS=${LIBS:-"papccl openmpi gloo-ring gloo-halving_doubling"}
-SIZES=(-b 64K -e 16M -f 16)
+read -r -a SIZES <<<"${SIZES:--b 64K -e 16M -f 16}"
 if [ "${1:-}" = --quick ]; then
   ROUNDS=1 ITERS=3 WARMUP=2 PATTERNS="balanced:0 late:2000"
   SIZES=(-b 64K -e 1M -f 16)
@@ -29,17 +30,18 @@ mkdir -p "$OUT"
 C=$BUILD/perf/compare
 cells=$OUT/cells.tsv
 : >"$cells"
-mpirun=(mpirun --oversubscribe -np "$NRANKS")
-[ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
+mpiopts=(--oversubscribe)
+[ "$(id -u)" = 0 ] && mpiopts+=(--allow-run-as-root)
 if command -v ompi_info >/dev/null && ompi_info 2>/dev/null | grep -q 'MCA btl: vader'; then
-  mpirun+=(--mca btl self,vader)
+  mpiopts+=(--mca btl self,vader)
 fi
 
-run_lib() { # lib pattern skew round
-  local lib=$1 pat=$2 skew=$3 log="$OUT/$1-$2-$3-r$4.log"
+run_lib() { # lib pattern skew round nranks
+  local lib=$1 pat=$2 skew=$3 n=$5 log="$OUT/$1-$2-$3-n$5-r$4.log"
   local args=("${SIZES[@]}" -n "$ITERS" -w "$WARMUP" --arrival "$pat" --skew "$skew")
+  local mpirun=(mpirun "${mpiopts[@]}" -np "$n")
   case $lib in
-  papccl) "$BUILD/src/launcher/papcclrun" -n "$NRANKS" "$C/papccl_cmp" "${args[@]}" ;;
+  papccl) "$BUILD/src/launcher/papcclrun" -n "$n" "$C/papccl_cmp" "${args[@]}" ;;
   openmpi)
     [ -x "$C/mpi_cmp" ] || { echo "# openmpi: mpi_cmp not built" >&2; return 0; }
     "${mpirun[@]}" "$C/mpi_cmp" "${args[@]}" ;;
@@ -48,7 +50,7 @@ run_lib() { # lib pattern skew round
     local store
     store=$(mktemp -d "$OUT/gloo-store.XXXXXX")
     PAPCMP_GLOO_STORE=$store PAPCMP_GLOO_ALGO=${lib#gloo-} \
-      "$BUILD/src/launcher/papcclrun" -n "$NRANKS" "$C/gloo_cmp" "${args[@]}"
+      "$BUILD/src/launcher/papcclrun" -n "$n" "$C/gloo_cmp" "${args[@]}"
     rm -rf "$store" ;;
   esac >"$log" 2>&1 || {
     echo "# $lib $pat:$skew failed, see $log" >&2
@@ -62,9 +64,11 @@ run_lib() { # lib pattern skew round
 failed=0
 start=$(date +%s)
 for round in $(seq 1 "$ROUNDS"); do
-  for p in $PATTERNS; do
-    for lib in $LIBS; do
-      run_lib "$lib" "${p%%:*}" "${p#*:}" "$round"
+  for n in $NRANKS; do
+    for p in $PATTERNS; do
+      for lib in $LIBS; do
+        run_lib "$lib" "${p%%:*}" "${p#*:}" "$round" "$n"
+      done
     done
   done
 done

@@ -197,8 +197,11 @@ static papcclResult_t commSetup(struct papComm* comm) {
     int ncpu = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
     if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
     comm->oversubscribed = ncpu > 0 && nlocal > ncpu;
+    comm->spinNs = (uint64_t)papParamSpinUs() * 1000ull;
     if (comm->oversubscribed)
-      PAP_INFO(PAP_LOG_INIT, "%d ranks on this machine's %d CPUs: waits sleep without spinning",
+      PAP_INFO(PAP_LOG_INIT,
+               "%d ranks on this machine's %d CPUs: waits yield the core while they poll; "
+               "transports do not poll",
                nlocal, ncpu);
   }
   struct papTransportCtx ctx = {
@@ -208,6 +211,8 @@ static papcclResult_t commSetup(struct papComm* comm) {
       .hostIds = comm->hostIds,
       .pids = comm->pids,
       .abortFlag = (const volatile int*)&comm->abortFlag,
+      /* A transport's polls drive its device without yielding: none when the CPUs are
+       * shared. */
       .spinNs = comm->oversubscribed ? 0 : papParamSpinUs() * 1000,
       .boardWords = papBoardWords(comm->nranks),
   };

@@ -60,8 +60,7 @@ static void arrivalWait(const struct papComm* comm, const struct papArrival* a, 
                         char* buf, size_t len, struct papWait* w) {
   snprintf(buf, len, "collective #%llu on rank %d, waiting %s", (unsigned long long)a->gen,
            comm->rank, phase);
-  papWaitInit(w, buf, abortFlagOf(comm), 1,
-              comm->oversubscribed ? 0 : (uint64_t)papParamSpinUs() * 1000ull, 1000000);
+  papWaitInit(w, buf, abortFlagOf(comm), 1, comm->spinNs, 1000000);
   w->hint = ": a rank never arrived or is dead";
 }
 

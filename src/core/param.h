@@ -21,7 +21,8 @@
 #define PAP_PARAM_INT_LIST(X) \
   X(TimeoutS, "PAPCCL_TIMEOUT_S", 600, 1, 31536000, \
     "seconds any wait may last before it fails (dead peer)") \
-  X(SpinUs, "PAPCCL_SPIN_US", 50, 0, 10000000, "microseconds to poll before sleeping in a wait") \
+  X(SpinUs, "PAPCCL_SPIN_US", 50, 0, 10000000, \
+    "microseconds a wait polls (yielding the core) before it sleeps") \
   X(ChunkSize, "PAPCCL_CHUNK_SIZE", 262144, 64, 1073741824, \
     "bytes per pipeline chunk in collective plans") \
   X(ShmSlotSize, "PAPCCL_SHM_SLOT_SIZE", 65536, 4096, 67108864, \

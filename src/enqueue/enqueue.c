@@ -142,15 +142,16 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
  * core), then sleeps on the transport's doorbell; with several comms it sleeps in short
  * slices instead. */
 static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
-  /* Spinning only pays when the peer runs at the same time; on an oversubscribed host it
-   * steals the CPU from the very rank we wait for, so sleep right after the cheap polls. */
-  int oversubscribed = 0;
-  for (int c = 0; c < ncomms; c++)
-    oversubscribed |= comms[c]->oversubscribed;
+  /* The polling budget: the smallest of the comms'. Polls yield the core, so on a host
+   * with more ranks than CPUs the rank we wait for (or a late one still computing) runs;
+   * a wake-up from a sleep costs far more than the budget there (tens of us). */
+  uint64_t spinNs = ncomms > 0 ? comms[0]->spinNs : 0;
+  for (int c = 1; c < ncomms; c++)
+    if (comms[c]->spinNs < spinNs) spinNs = comms[c]->spinNs;
   char what[64];
   snprintf(what, sizeof(what), "operation on rank %d", ncomms > 0 ? comms[0]->rank : -1);
   struct papWait w;
-  papWaitInit(&w, what, NULL, 1, oversubscribed ? 0 : (uint64_t)papParamSpinUs() * 1000ull, 0);
+  papWaitInit(&w, what, NULL, 1, spinNs, 0);
   w.hint = ": a peer is dead or did not call the same operation";
   unsigned polls = 0;
   int spinFresh = 1; /* the spin budget was restarted by progress and not yet dated */
