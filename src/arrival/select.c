@@ -3,7 +3,7 @@
  * model of docs/PAP.md section 3.5, with hysteresis (docs/PAP-ENGINE.md section 3). It is
  * the one place an op's algorithm is chosen. */
 #include <math.h>
-#include <pthread.h>
+#include <stdint.h>
 
 #include "algo.h"
 #include "arrival.h"
@@ -108,19 +108,16 @@ static double gain(const struct model* m, int coll, double bytes, int n, double 
 
 /* PAPCCL_ALGO, parsed once (again after papParamReset). */
 static int forcedAlgo(void) {
-  static unsigned gen = ~0u;
-  static int algo;
-  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  unsigned g = papParamGeneration();
-  pthread_mutex_lock(&lock);
-  if (gen != g) {
-    const char* f = papParamAlgo();
-    algo = f ? papAlgoFromName(f) : PAP_ALGO_AUTO;
-    gen = g;
-  }
-  int a = algo;
-  pthread_mutex_unlock(&lock);
-  return a;
+  /* One word: the parameter generation it was parsed in (high half), the algorithm + 1 (low
+   * half; 0: not parsed yet). Threads that parse at once store the same value. */
+  static uint64_t cache;
+  uint64_t g = papParamGeneration();
+  uint64_t c = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+  if ((uint32_t)c != 0 && c >> 32 == g) return (int)(uint32_t)c - 1;
+  const char* f = papParamAlgo();
+  int algo = f ? papAlgoFromName(f) : PAP_ALGO_AUTO;
+  __atomic_store_n(&cache, g << 32 | (uint32_t)(algo + 1), __ATOMIC_RELEASE);
+  return algo;
 }
 
 /* The classic allreduce: PAPCCL_ALGO=ring|rhd, else by size. */

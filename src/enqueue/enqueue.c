@@ -169,8 +169,9 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
     }
     if (alldone) return papcclSuccess;
     for (int c = 0; c < ncomms; c++) {
+      if (!papCommAborted(comms[c])) continue;
       w.abortFlag = (const volatile int*)&comms[c]->abortFlag;
-      PAP_CHECK(papWaitCheck(&w, 0));
+      return papWaitCheck(&w, 0); /* logs and returns the abort's result */
     }
     if (progressed) {
       polls = 0;

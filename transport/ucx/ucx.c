@@ -597,12 +597,10 @@ static void* ucxStaging(void* state, int r, size_t* sizeOut) {
 static papcclResult_t ucxWaitRequest(struct ucxState* st, ucs_status_ptr_t req, const char* what) {
   if (req == NULL) return papcclSuccess;
   if (UCS_PTR_IS_ERR(req)) return ucxFail(what, UCS_PTR_STATUS(req));
-  char whatBuf[96];
-  snprintf(whatBuf, sizeof(whatBuf), "ucx: %s", what);
   /* A reply usually comes within a network round trip: poll that long before sleeping (a
    * wake-up from poll() costs more than the round trip itself). */
   struct papWait w;
-  papWaitInit(&w, whatBuf, st->abortFlag, 1, st->spinNs > 0 ? (uint64_t)st->spinNs : 0, 0);
+  papWaitInit(&w, what, st->abortFlag, 1, st->spinNs > 0 ? (uint64_t)st->spinNs : 0, 0);
   w.abortRes = papcclRemoteError;
   int spinning = st->spinNs > 0;
   ucs_status_t s;
@@ -683,7 +681,7 @@ static papcclResult_t ucxBoardAtomic(void* state, size_t idx, int op, uint64_t v
     return papcclInternalError;
   }
   ucs_status_ptr_t req = postBoardAtomic(st, uop, &operand, remote, &reply);
-  PAP_CHECK(ucxWaitRequest(st, req, "an arrival board atomic"));
+  PAP_CHECK(ucxWaitRequest(st, req, "ucx: an arrival board atomic"));
   if (oldOut) *oldOut = reply;
   return papcclSuccess;
 }
@@ -711,7 +709,7 @@ static papcclResult_t ucxBoardRead(void* state, size_t idx, size_t count, uint64
                           st->boardAddr + (idx + base + i) * sizeof(uint64_t), &out[base + i]);
     /* Every posted request is waited for (and freed), even after a failure. */
     for (size_t i = 0; i < k; i++) {
-      papcclResult_t r = ucxWaitRequest(st, reqs[i], "an arrival board read");
+      papcclResult_t r = ucxWaitRequest(st, reqs[i], "ucx: an arrival board read");
       if (res == papcclSuccess) res = r;
     }
     if (res != papcclSuccess) return res;
