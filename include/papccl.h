@@ -243,7 +243,8 @@ typedef enum {
   papcclPapAlgoOther = 5, /* a collective without a PAP-aware plan in this build */
   papcclPapAlgoChain = 6, /* arrival-ordered pipelined chain (PAP-aware) */
   papcclPapAlgoSmall = 7, /* small-message variant: early set reduces, late inputs added */
-  papcclPapAlgoPap = 8 /* the PAP-aware plan of ReduceScatter, AllGather, Broadcast, Reduce */
+  papcclPapAlgoPap = 8, /* the PAP-aware plan of ReduceScatter, AllGather, Broadcast, Reduce */
+  papcclPapAlgoFlat = 9 /* small allreduce on one host: every rank reads every input (flat) */
 } papcclPapAlgo_t;
 
 /* What papccl saw of the ranks' arrivals, from this rank's point of view. Times are

@@ -27,6 +27,7 @@ struct papTransportCtx {
   const volatile int* abortFlag; /* nonzero: give up waits */
   int64_t spinNs; /* how long a wait may poll before it sleeps (0: the CPUs are shared) */
   size_t boardWords; /* 64-bit words of the arrival board (the same on every rank) */
+  size_t flatBytes; /* bytes of each rank's flat area (0: none; the same on every rank) */
 };
 
 /* A backend reads its copy of ctx->abortFlag with papAborted (wait.h): papcclCommAbort stores
@@ -103,8 +104,14 @@ struct papTransportOps {
    * (together they are no snapshot), in one round trip where the board is remote. NULL:
    * the engine loads them one by one with boardAtomic. */
   papcclResult_t (*boardRead)(void* state, size_t idx, size_t count, uint64_t* out);
+  /* Optional: rank r's flat area (ctx->flatBytes, 64-byte aligned), written only by r and
+   * read in place by every rank of the host; NULL where peers cannot map each other's
+   * memory. Its layout is the arrival layer's business (flat collectives). */
+  void* (*flat)(void* state, int r);
   /* Rings peer's doorbell (its sleepers in wait() return). */
   void (*notify)(void* state, int peer);
+  /* Optional: rings every other rank's doorbell, as notify on each, with one fence. */
+  void (*notifyAll)(void* state);
   void (*close)(struct papConn* conn);
   void (*finalize)(void* state);
 };

@@ -26,8 +26,12 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
   struct papPerfArrival arr;
   memset(&arr, 0, sizeof(arr));
   char err[256];
-  static const struct option longopts[] = {
-      {"arrival", required_argument, 0, 'A'}, {"skew", required_argument, 0, 'S'}, {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"arrival", required_argument, 0, 'A'},
+                                           {"skew", required_argument, 0, 'S'},
+                                           {"sizes", required_argument, 0, 'L'},
+                                           {0, 0, 0, 0}};
+  size_t list[64];
+  int nlist = 0;
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "b:e:f:n:w:", longopts, NULL)) != -1) {
@@ -53,10 +57,25 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     case 'S':
       arr.skewUs = atof(optarg);
       break;
+    case 'L': { /* --sizes 8,64K,1M: these sizes instead of -b/-e/-f */
+      nlist = 0;
+      for (const char* p = optarg; *p && nlist < 64;) {
+        size_t v = parseSize(p);
+        if (v == (size_t)-1 || v < 4) {
+          fprintf(stderr, "%s: --sizes: bad size at '%s'\n", argv[0], p);
+          return 2;
+        }
+        list[nlist++] = v;
+        const char* comma = strchr(p, ',');
+        if (comma == NULL) break;
+        p = comma + 1;
+      }
+      break;
+    }
     default:
       fprintf(stderr,
               "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
-              "[--arrival PATTERN] [--skew USEC]\n",
+              "[--sizes S1,S2,...] [--arrival PATTERN] [--skew USEC]\n",
               argv[0]);
       return 2;
     }
@@ -70,6 +89,15 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     fprintf(stderr, "%s: bad -b/-e/-f/-n/-w\n", argv[0]);
     return 2;
   }
+  if (nlist == 0) { /* -b/-e/-f */
+    for (size_t b = minB; nlist < 64; b *= factor) {
+      list[nlist++] = b;
+      if (b > maxB / factor) break; /* the next one is past maxB (or would overflow) */
+    }
+  }
+  maxB = 0;
+  for (int i = 0; i < nlist; i++)
+    if (list[i] > maxB) maxB = list[i];
   size_t maxCount = maxB / 4;
   float* buf = (float*)malloc(maxCount * sizeof(float) + 64);
   double* st = (double*)malloc(sizeof(double) * 4 * (size_t)iters);
@@ -80,7 +108,8 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
   }
   int rc = 0;
   long call = 0;
-  for (size_t bytes = minB; bytes <= maxB; bytes *= factor) {
+  for (int si = 0; si < nlist; si++) {
+    size_t bytes = list[si];
     size_t count = bytes / 4;
     if (lib->prepare && lib->prepare(lib->ctx, buf, count) != 0) {
       rc = 1;
@@ -135,7 +164,6 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
       fflush(stdout);
     }
     if (w != 0) rc = 1;
-    if (bytes > maxB / factor) break;
   }
   papPerfArrivalFree(&arr);
   free(buf);

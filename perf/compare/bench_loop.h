@@ -24,8 +24,8 @@ struct cmpLib {
   int (*prepare)(void* ctx, float* buf, size_t count);
 };
 
-/* Parses the common options (-b -e -f -n -w --arrival --skew), runs every size and prints,
- * on rank 0, one line per size:
+/* Parses the common options (-b -e -f or --sizes, -n -w --arrival --skew), runs every size
+ * and prints, on rank 0, one line per size:
  *   cell <lib> <ranks> <pattern:skew> <bytes> <incoll_us> <tail_us> <skew_us> <wrong>
  * incoll = median over calls of the mean time in the call over ranks; tail = median of (last
  * completion - last arrival); skew = median of (last arrival - first arrival). Every call,

@@ -9,7 +9,8 @@
 #   temp dir), NRANKS (rank counts, "4"; e.g. "2 4 8"), ROUNDS (3), ITERS (20), WARMUP (10),
 #   PATTERNS ("balanced:0 late:2000 late:20000 staircase:20000"),
 #   LIBS ("papccl openmpi gloo-ring gloo-halving_doubling"),
-#   SIZES (all_reduce sizes as -b/-e/-f, "-b 64K -e 16M -f 16"; e.g. "-b 8 -e 64M -f 8")
+#   SIZES (all_reduce sizes as -b/-e/-f, "-b 64K -e 16M -f 16"; e.g. "-b 8 -e 64M -f 8", or a
+#   list, "--sizes 8,64K,1M,16M")
 # --quick: one round, 64 KiB and 1 MiB, patterns balanced and late:2000, few calls (CI smoke).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

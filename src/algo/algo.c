@@ -25,6 +25,8 @@ const char* papAlgoName(enum papAlgo a) {
     return "small";
   case PAP_ALGO_ARRIVAL:
     return "pap";
+  case PAP_ALGO_FLAT:
+    return "flat";
   default:
     return "auto";
   }

@@ -62,6 +62,7 @@ enum papAlgo {
   PAP_ALGO_CHAIN, /* arrival-ordered pipelined chain (src/algo/allreduce_chain.c) */
   PAP_ALGO_SMALL, /* small messages: early set reduces, late ranks add their inputs */
   PAP_ALGO_ARRIVAL, /* the PAP-aware plan of ReduceScatter, AllGather, Broadcast, Reduce */
+  PAP_ALGO_FLAT, /* small ops on one host: shared lines, no plan (src/arrival/flat.c) */
   PAP_ALGO_COUNT
 };
 

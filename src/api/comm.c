@@ -215,6 +215,7 @@ static papcclResult_t commSetup(struct papComm* comm) {
        * shared. */
       .spinNs = comm->oversubscribed ? 0 : papParamSpinUs() * 1000,
       .boardWords = papBoardWords(comm->nranks),
+      .flatBytes = papFlatAreaBytes(comm->nranks),
   };
   /* One backend serves every peer: shm within a host, UCX when the ranks span hosts. */
   comm->tops = papTransportSelect(&ctx);

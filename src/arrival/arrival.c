@@ -61,6 +61,7 @@ static void arrivalWait(const struct papComm* comm, const struct papArrival* a, 
   snprintf(buf, len, "collective #%llu on rank %d, waiting %s", (unsigned long long)a->gen,
            comm->rank, phase);
   papWaitInit(w, buf, abortFlagOf(comm), 1, comm->spinNs, 1000000);
+  w->yield = comm->oversubscribed;
   w->hint = ": a rank never arrived or is dead";
 }
 
@@ -68,8 +69,11 @@ static void arrivalWait(const struct papComm* comm, const struct papArrival* a, 
 static inline uint32_t genOf(uint64_t cseq) {
   return (uint32_t)((cseq / PAP_BOARD_SLOTS) % PAP_GEN_MASK + 1);
 }
-static inline uint32_t prevGen(uint32_t g) {
-  return g == 1 ? PAP_GEN_MASK : g - 1;
+/* Whether generation g came before gen (within half the cycle). Collectives that skip the
+ * board (flat ones) leave gaps: a slot's previous generation is any older one. */
+static inline int genOlder(uint32_t g, uint32_t gen) {
+  uint32_t d = (gen + PAP_GEN_MASK - g) % PAP_GEN_MASK;
+  return g != 0 && d != 0 && d < PAP_GEN_MASK / 2;
 }
 
 /* Done reading the slot (plan, positions): once all N ranks of a generation released it,
@@ -81,9 +85,10 @@ static papcclResult_t releaseSlot(struct papComm* comm, struct papArrival* a) {
                                  NULL);
 }
 
-/* The slot still holds generation prevGen(gen) (or was never used): may we take it over?
- * 1 = yes (released is reset for gen), 0 = not yet (a rank of the previous generation has
- * not finished reading it). */
+/* The slot still holds an older generation g (0: never used): may we take it over? 1 = yes
+ * (released is reset for gen), 0 = not yet (a rank of generation g has not finished reading
+ * it). Every rank skips the same collectives, so a rank that has not finished g is the only
+ * one that can still need the slot. */
 static papcclResult_t mayTakeOver(struct papComm* comm, const struct papArrival* a, uint32_t g,
                                   int* okOut) {
   size_t ri = IDX_REL(comm->nranks, a->slot);
@@ -95,7 +100,7 @@ static papcclResult_t mayTakeOver(struct papComm* comm, const struct papArrival*
     *okOut = 1;
     return papcclSuccess;
   }
-  int prevDone = (g == 0 && rel == 0) || (rg == prevGen(a->gen) && rc == (uint32_t)comm->nranks);
+  int prevDone = (g == 0 && rel == 0) || (rg == g && rc == (uint32_t)comm->nranks);
   if (!prevDone) return papcclSuccess;
   int won = 0;
   PAP_CHECK(bCas(comm, ri, rel, (uint64_t)a->gen << 32, &won));
@@ -120,6 +125,8 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
       papCalloc(&ps->stamps, (size_t)n) != papcclSuccess ||
       papCalloc(&ps->slotBuf, SLOT_WORDS(n)) != papcclSuccess ||
       papCalloc(&ps->sorted, (size_t)n) != papcclSuccess ||
+      papCalloc(&ps->flatArea, (size_t)n) != papcclSuccess ||
+      papCalloc(&ps->flatSeen, (size_t)n) != papcclSuccess ||
       papCalloc(&ps->sumLate, (size_t)n) != papcclSuccess ||
       papCalloc(&ps->late, (size_t)n) != papcclSuccess) {
     comm->arrival = ps;
@@ -135,7 +142,7 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
     ps->st.lastOrder[i] = -1;
   snprintf(ps->st.lastAlgoName, sizeof(ps->st.lastAlgoName), "none");
   comm->arrival = ps;
-  return papcclSuccess;
+  return papFlatAttach(comm);
 }
 
 void papArrivalFree(struct papComm* comm) {
@@ -147,6 +154,8 @@ void papArrivalFree(struct papComm* comm) {
   free(ps->stamps);
   free(ps->slotBuf);
   free(ps->sorted);
+  free(ps->flatArea);
+  free(ps->flatSeen);
   free(ps->sumLate);
   free(ps->late);
   free(ps);
@@ -158,6 +167,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   int n = comm->nranks;
   a->used = 0;
   a->decided = decided;
+  papArrivalNoteCall(comm, papArrivalSignature(&op->call));
   papSelectLocal(comm, op);
   if (comm->tops->boardAtomic == NULL || n > 0xffff) return papcclSuccess;
   a->slot = (int)(op->call.cseq % PAP_BOARD_SLOTS);
@@ -188,7 +198,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
         return papcclInvalidUsage;
       }
       nw = w + 1;
-    } else if (g == 0 || g == prevGen(a->gen)) {
+    } else if (g == 0 || genOlder(g, a->gen)) {
       int ok = 0;
       PAP_CHECK(mayTakeOver(comm, a, g, &ok));
       if (!ok) {
@@ -208,9 +218,9 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
       nw = makeWord(a->gen, 0, 0, decided, 0, 1);
     } else {
       PAP_WARN(
-          "collective #%llu: the arrival slot holds generation %u, expected %u or %u "
+          "collective #%llu: the arrival slot holds generation %u, expected %u or an older one "
           "(ranks called different collectives?)",
-          (unsigned long long)op->call.seq, g, a->gen, prevGen(a->gen));
+          (unsigned long long)op->call.seq, g, a->gen);
       return papcclInternalError;
     }
     int ok = 0;
@@ -218,6 +228,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
     if (ok) break;
   }
   a->used = 1;
+  comm->arrival->slotCseq[a->slot] = op->call.cseq + 1;
   a->pos = PAP_W_GEN(w) == a->gen ? (int)PAP_W_COUNT(w) : 0;
   a->oldWord = PAP_W_GEN(w) == a->gen ? w : 0;
   /* Stamp before the position entry: a reader that sees the entry sees the stamp. */
@@ -462,6 +473,8 @@ static int papAlgoStatsId(int coll, int algo) {
     return papcclPapAlgoChain;
   case PAP_ALGO_SMALL:
     return papcclPapAlgoSmall;
+  case PAP_ALGO_FLAT:
+    return papcclPapAlgoFlat;
   default:
     return papcclPapAlgoNone;
   }
@@ -535,17 +548,18 @@ static void report(struct papComm* comm) {
 void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   struct papArrival* a = &op->arr;
   struct papArrivalState* ps = comm->arrival;
-  if (!a->used || ps == NULL) return;
+  if ((!a->used && !a->flat) || ps == NULL) return;
   int n = comm->nranks;
   uint64_t tDone = papNowNs();
   papcclPapStats* st = &ps->st;
   st->ops++;
   st->lastSeq = op->call.seq;
   st->lastAlgo = papAlgoStatsId(op->call.coll, op->call.commit.algo);
-  snprintf(st->lastAlgoName, sizeof(st->lastAlgoName), "%s",
-           op->call.coll == PAP_COLL_ALLREDUCE || op->call.commit.algo == PAP_ALGO_ARRIVAL
-               ? papAlgoName((enum papAlgo)op->call.commit.algo)
-               : "classic");
+  const char* name = op->call.coll == PAP_COLL_ALLREDUCE || op->call.commit.algo == PAP_ALGO_ARRIVAL
+                         ? papAlgoName((enum papAlgo)op->call.commit.algo)
+                         : "classic";
+  strncpy(st->lastAlgoName, name, sizeof(st->lastAlgoName) - 1);
+  st->lastAlgoName[sizeof(st->lastAlgoName) - 1] = '\0';
   st->lastEarly = op->call.coll == PAP_COLL_ALLREDUCE || op->call.commit.algo == PAP_ALGO_ARRIVAL
                       ? op->call.commit.nE
                       : n;
@@ -556,9 +570,21 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   /* An op whose plan every rank chose alone released its slot at arrival (a group may
    * hold more collectives than there are slots); over a network its slot may be reused or
    * gone (rank 0 destroyed) by now, so only ops with a commit read it back there. */
-  int readable = a->decided || !comm->tops->remoteBoard;
-  st->lastComplete = readable && readArrivals(comm, a);
-  (void)releaseSlot(comm, a);
+  if (a->flat) {
+    /* Every stamp came with its line (flat.c); the order is by stamp, ties by rank. */
+    for (int i = 0; i < n; i++) {
+      int r = i;
+      int j = i;
+      for (; j > 0 && ps->stamps[ps->order[j - 1]] > ps->stamps[r]; j--)
+        ps->order[j] = ps->order[j - 1];
+      ps->order[j] = r;
+    }
+    st->lastComplete = 1;
+  } else {
+    int readable = a->decided || !comm->tops->remoteBoard;
+    st->lastComplete = readable && readArrivals(comm, a);
+    (void)releaseSlot(comm, a);
+  }
   for (int i = 0; i < PAPCCL_PAP_STATS_MAX_RANKS; i++) {
     st->lastOrder[i] = -1;
     st->lastLatenessUs[i] = 0;
@@ -617,7 +643,7 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
     }
     gap = (sum - mx) / (double)(n - 2);
   }
-  papSelectObserve(comm, op, skew, gap);
+  if (!a->flat) papSelectObserve(comm, op, skew, gap); /* flat ops do not consult it */
   report(comm);
 }
 
@@ -660,13 +686,13 @@ void papArrivalDrainBoard(struct papComm* comm) {
   if (atomic_load_explicit(&comm->asyncError, memory_order_acquire) != papcclSuccess ||
       papAborted(abortFlagOf(comm)))
     return;
-  uint64_t end = comm->collSeq;
-  uint64_t start = end > PAP_BOARD_SLOTS ? end - PAP_BOARD_SLOTS : 0;
   struct papWait wt;
   papWaitInit(&wt, "destroy on rank 0, waiting for the ranks to leave the arrival board",
               abortFlagOf(comm), 1, 0, 0);
-  for (uint64_t k = start; k < end; k++) {
-    size_t ri = IDX_REL(n, (int)(k % PAP_BOARD_SLOTS));
+  for (int s = 0; s < PAP_BOARD_SLOTS; s++) {
+    if (comm->arrival->slotCseq[s] == 0) continue; /* never used */
+    uint64_t k = comm->arrival->slotCseq[s] - 1; /* the last collective in the slot */
+    size_t ri = IDX_REL(n, s);
     uint64_t want = ((uint64_t)genOf(k) << 32) | (uint32_t)n;
     for (;;) {
       uint32_t tok = comm->tops->waitToken(comm->tstate);

@@ -34,6 +34,8 @@ static inline size_t papBoardWords(int nranks) {
 #define PAP_SEL_BUCKETS 48
 #define PAP_SEL_COLLS 5
 
+#define PAP_FLAT_CONTEXTS 64
+
 struct papSelBucket {
   double skewEma; /* ns */
   double skew2Ema; /* ns^2 */
@@ -56,6 +58,18 @@ struct papArrivalState {
   uint64_t* stamps; /* [nranks] */
   uint64_t* slotBuf; /* [2 + 2 nranks]: one slot of the board, read in one go */
   uint64_t* sorted; /* [nranks] */
+  uint64_t slotCseq[PAP_BOARD_SLOTS]; /* 1 + the last collective in each slot (0: none) */
+  /* flat collectives (flat.c) */
+  char** flatArea; /* [nranks] each rank's flat area, mapped here */
+  size_t flatLine; /* bytes of one line (header + input) */
+  size_t flatCap; /* largest input of a flat op (0: no flat ops on this comm) */
+  uint64_t flatSeq; /* flat ops so far */
+  int* flatSeen; /* [nranks] scratch */
+  /* Predicted waits: ns this rank waited for the last peer in flat ops, an EMA per context
+   * (the op's signature and the two collectives before it, hashed), as training repeats
+   * the same sequence every step. */
+  double flatWaitEma[PAP_FLAT_CONTEXTS];
+  uint64_t recentSig[2]; /* signatures of the last two collectives (papArrivalNoteCall) */
   /* statistics (papcclPapStats) */
   papcclPapStats st;
   double sumSkew, sumTail, sumInColl; /* ns, over complete ops */
@@ -81,6 +95,19 @@ papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op)
 /* While the engine has a pending extension (the chain waits for its successor to arrive):
  * appends the rest of the plan once it can; *progressed = 1 then. */
 papcclResult_t papArrivalExtend(struct papComm* comm, int* progressed);
+/* Flat small collectives (flat.c): the bytes of each rank's flat area the transport maps
+ * (the same on every rank: PAPCCL_FLAT_MAX_BYTES); attaching the mapped areas (from
+ * papArrivalInit); whether op runs flat (every rank decides alike); running it. */
+size_t papFlatAreaBytes(int nranks);
+papcclResult_t papFlatAttach(struct papComm* comm);
+int papFlatEligible(const struct papComm* comm, const struct papOpDesc* op);
+papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op);
+/* A collective's signature [count:40 | datatype:8 | op:8 | collective:8], and noting it
+ * in the recent history (every collective, flat or not, in call order). */
+uint64_t papArrivalSignature(const struct papCall* c);
+void papArrivalNoteCall(struct papComm* comm, uint64_t sig);
+/* The algorithm PAPCCL_ALGO forces (PAP_ALGO_AUTO: none). */
+int papSelectForcedAlgo(void);
 /* Completion: stamps, statistics, selector. */
 void papArrivalComplete(struct papComm* comm, struct papOpDesc* op);
 /* papcclCommGetPapStats's figures (papcclInvalidUsage before the comm is up). */

@@ -120,6 +120,10 @@ static int forcedAlgo(void) {
   return algo;
 }
 
+int papSelectForcedAlgo(void) {
+  return forcedAlgo();
+}
+
 /* The classic allreduce: PAPCCL_ALGO=ring|rhd, else by size. */
 static int classicAllReduce(size_t bytes) {
   int f = forcedAlgo();

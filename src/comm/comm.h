@@ -43,7 +43,8 @@ struct papComm {
   int blocking;
   int finalized;
   int oversubscribed; /* more ranks on this host than CPUs we may run on */
-  uint64_t spinNs; /* polling budget of this comm's waits (PAPCCL_SPIN_US); their polls yield */
+  uint64_t spinNs; /* polling budget of this comm's waits (PAPCCL_SPIN_US); their polls yield
+                    * the core when oversubscribed */
   _Atomic int abortFlag; /* written by abort (any thread); read by every wait */
   _Atomic int activeCalls; /* API calls inside the comm; destroy waits for 0 */
   _Atomic int asyncError; /* first error of the progress thread or a failed op */

@@ -17,6 +17,7 @@ struct CUstream_st;
 /* Per-op arrival record on this rank (inside struct papOpDesc). */
 struct papArrival {
   int used; /* went through the board */
+  int flat; /* ran flat (src/arrival/flat.c): the stamps are in the arrival state */
   int decided; /* the decider chooses the plan; others wait for the commit */
   int pos; /* arrival position */
   int slot;

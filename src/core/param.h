@@ -22,7 +22,7 @@
   X(TimeoutS, "PAPCCL_TIMEOUT_S", 600, 1, 31536000, \
     "seconds any wait may last before it fails (dead peer)") \
   X(SpinUs, "PAPCCL_SPIN_US", 50, 0, 10000000, \
-    "microseconds a wait polls (yielding the core) before it sleeps") \
+    "microseconds a wait polls (yielding the core when ranks outnumber CPUs) before it sleeps") \
   X(ChunkSize, "PAPCCL_CHUNK_SIZE", 262144, 64, 1073741824, \
     "bytes per pipeline chunk in collective plans") \
   X(ShmSlotSize, "PAPCCL_SHM_SLOT_SIZE", 65536, 4096, 67108864, \
@@ -50,6 +50,9 @@
     "= none") \
   X(PapGapUs, "PAPCCL_PAP_GAP_US", 100, 0, 60000000, \
     "least quiet time (no new arrival) before the decider commits an early set") \
+  X(FlatMaxBytes, "PAPCCL_FLAT_MAX_BYTES", 4096, 0, 1048576, \
+    "allreduce up to this size on one host runs flat: each rank publishes its input in its " \
+    "own shared line and reduces every line itself, in rank order (`0`: off)") \
   X(PapSmallMaxBytes, "PAPCCL_PAP_SMALL_MAX_BYTES", 32768, 0, 1099511627776, \
     "at or below this size the PAP allreduce is the small-message variant") \
   X(PapAlphaNs, "PAPCCL_PAP_ALPHA_NS", 1000, 0, 1000000000, \

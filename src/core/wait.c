@@ -20,6 +20,7 @@ void papWaitInit(struct papWait* w, const char* what, const volatile int* abortF
   w->deadline = timed ? now + (uint64_t)papParamTimeoutS() * 1000000000ull : 0;
   w->spinNs = spinNs;
   w->spinUntil = now + spinNs;
+  w->yield = 1;
   w->nextHealth = now + PAP_WAIT_HEALTH_NS;
   w->sleepNs = PAP_WAIT_FIRST_SLEEP_NS;
   w->maxSleepNs = maxSleepNs > PAP_WAIT_FIRST_SLEEP_NS ? maxSleepNs : PAP_WAIT_FIRST_SLEEP_NS;
@@ -53,8 +54,20 @@ void papWaitProgressed(struct papWait* w, uint64_t now) {
 
 int papWaitSpin(struct papWait* w, uint64_t now) {
   if (now >= w->spinUntil) return 0;
-  sched_yield();
+  papWaitPoll(w);
   return 1;
+}
+
+void papWaitPoll(const struct papWait* w) {
+  if (w->yield) {
+    sched_yield();
+  } else {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+  }
 }
 
 void papWaitSleep(struct papWait* w) {

@@ -6,9 +6,10 @@
  *     is set, with one WARN that names what it waited for;
  *   - it checks its peers' health every 100 ms (papWaitHealthDue: the check is the
  *     caller's, as only it knows which peers it waits on);
- *   - after progress it may poll, yielding the core, for its spin budget (0 when the ranks
- *     outnumber the CPUs), then it sleeps: on the transport's doorbell where there is one
- *     (papWaitSlice bounds that sleep), else in steps that grow to maxSleepNs (papWaitSleep).
+ *   - after progress it may poll for its spin budget, yielding the core between polls when
+ *     the ranks outnumber the CPUs (papWait.yield), then it sleeps: on the transport's
+ *     doorbell where there is one (papWaitSlice bounds that sleep), else in steps that grow
+ *     to maxSleepNs (papWaitSleep).
  * The abort flag is read one way, papAborted, wherever it is read. */
 #ifndef PAPCCL_CORE_WAIT_H_
 #define PAPCCL_CORE_WAIT_H_
@@ -29,6 +30,7 @@ struct papWait {
   const volatile int* abortFlag; /* or NULL */
   uint64_t deadline; /* CLOCK_MONOTONIC ns; 0: no deadline (what it waits for has its own) */
   uint64_t spinNs; /* polling budget after each progress (0: sleep at once) */
+  int yield; /* polls give the core away (ranks outnumber CPUs); else they pause (default 1) */
   uint64_t spinUntil;
   uint64_t nextHealth;
   long sleepNs; /* papWaitSleep's next sleep */
@@ -51,9 +53,12 @@ int papWaitHealthDue(struct papWait* w, uint64_t now);
 /* Something moved: the spin budget starts again and the sleeps start short. */
 void papWaitProgressed(struct papWait* w, uint64_t now);
 
-/* Within the spin budget: yields the core and returns 1 (poll again). Else 0: sleep now. */
+/* Within the spin budget: yields the core (or pauses, yield = 0) and returns 1 (poll
+ * again). Else 0: sleep now. */
 int papWaitSpin(struct papWait* w, uint64_t now);
-/* The same without the yield, for a poll that drives a device itself (a UCX worker). */
+/* One poll's pause: yields the core (yield = 1) or a CPU pause hint. */
+void papWaitPoll(const struct papWait* w);
+/* papWaitSpin without the pause, for a poll that drives a device itself (a UCX worker). */
 static inline int papWaitInBudget(const struct papWait* w, uint64_t now) {
   return now < w->spinUntil;
 }

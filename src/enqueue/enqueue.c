@@ -152,6 +152,9 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
   snprintf(what, sizeof(what), "operation on rank %d", ncomms > 0 ? comms[0]->rank : -1);
   struct papWait w;
   papWaitInit(&w, what, NULL, 1, spinNs, 0);
+  w.yield = 0;
+  for (int c = 0; c < ncomms; c++)
+    w.yield |= comms[c]->oversubscribed;
   w.hint = ": a peer is dead or did not call the same operation";
   unsigned polls = 0;
   int spinFresh = 1; /* the spin budget was restarted by progress and not yet dated */
@@ -274,6 +277,15 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
       res = (papcclResult_t)err;
       goto out;
     }
+  }
+  if (nops == 1 && papFlatEligible(ops[0].comm, &ops[0])) {
+    /* Small and on one host: no plan, no board (src/arrival/flat.c). */
+    res = papFlatRun(ops[0].comm, &ops[0]);
+    if (res == papcclSuccess)
+      papArrivalComplete(ops[0].comm, &ops[0]);
+    else
+      papCommSetError(ops[0].comm, res); /* peers may have read a partial exchange */
+    goto out;
   }
   res = arriveAll(ops, nops);
   for (int c = 0; c < ncomms && res == papcclSuccess; c++)

@@ -61,7 +61,9 @@ static void* progressMain(void* arg) {
   return NULL;
 }
 
+/* `driving` only matters to a backend the progress thread sleeps in (idleProgress). */
 void papProgressUserEnter(struct papComm* comm) {
+  if (comm->tops != NULL && !comm->tops->idleProgress) return;
   atomic_fetch_add_explicit(&comm->driving, 1, memory_order_seq_cst);
   /* The progress thread may sleep in the backend as its poller: send it out. */
   if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && comm->tops->idleProgress)
@@ -69,6 +71,7 @@ void papProgressUserEnter(struct papComm* comm) {
 }
 
 void papProgressUserLeave(struct papComm* comm) {
+  if (comm->tops != NULL && !comm->tops->idleProgress) return;
   if (atomic_fetch_sub_explicit(&comm->driving, 1, memory_order_seq_cst) != 1) return;
   if (!atomic_load_explicit(&comm->transportLive, memory_order_acquire) ||
       !comm->tops->idleProgress)

@@ -26,7 +26,8 @@
 /* Segment layout (each rank owns one; peers map it):
  *   struct shmHeader | struct shmBoard | nranks x struct shmFifo (inbound, from rank p) |
  *   nranks x nslots x struct shmMeta | PAP arrival board (used in rank 0's segment) |
- *   nranks x nslots x slotSize data | staging */
+ *   flat area (this rank's lines of the flat collectives) | nranks x nslots x slotSize data |
+ *   staging */
 struct shmHeader {
   uint64_t magic;
   uint32_t version;
@@ -70,6 +71,7 @@ struct shmSeg {
   struct shmFifo* fifos; /* [nranks] */
   struct shmMeta* metas; /* [nranks][nslots] */
   _Atomic uint64_t* pap; /* the arrival board: boardWords words */
+  char* flat; /* flatBytes */
   char* data; /* [nranks][nslots][slotSize] */
   char* staging;
 };
@@ -119,6 +121,7 @@ struct shmState {
   int rank;
   int nranks;
   size_t boardWords; /* the arrival board's size (rank 0's segment holds it) */
+  size_t flatBytes;
   int nlocal;
   unsigned char key[16];
   uint32_t slotSize;
@@ -137,19 +140,21 @@ static size_t alignUp(size_t v, size_t a) {
   return (v + a - 1) & ~(a - 1);
 }
 
-static size_t segBytes(int nranks, size_t boardWords, uint32_t slotSize, uint32_t nslots,
-                       size_t staging) {
+static size_t segBytes(const struct shmState* st) {
   size_t b = sizeof(struct shmHeader) + sizeof(struct shmBoard);
-  b += (size_t)nranks * sizeof(struct shmFifo);
-  b = alignUp(b + (size_t)nranks * nslots * sizeof(struct shmMeta), 64);
-  b = alignUp(b + boardWords * sizeof(uint64_t), 4096);
-  b += (size_t)nranks * nslots * slotSize;
-  b = alignUp(b, 4096) + alignUp(staging, 4096);
+  b += (size_t)st->nranks * sizeof(struct shmFifo);
+  b = alignUp(b + (size_t)st->nranks * st->nslots * sizeof(struct shmMeta), 64);
+  b = alignUp(b + st->boardWords * sizeof(uint64_t), 64);
+  b = alignUp(b + st->flatBytes, 4096);
+  b += (size_t)st->nranks * st->nslots * st->slotSize;
+  b = alignUp(b, 4096) + alignUp(st->stagingSize, 4096);
   return b;
 }
 
-static void segLayout(struct shmSeg* s, int nranks, size_t boardWords, uint32_t slotSize,
-                      uint32_t nslots) {
+/* Every segment of the comm has the same layout (the same settings on every rank). */
+static void segLayout(struct shmSeg* s, const struct shmState* st) {
+  int nranks = st->nranks;
+  uint32_t nslots = st->nslots;
   char* p = (char*)s->base;
   s->hdr = (struct shmHeader*)p;
   s->board = (struct shmBoard*)(p + sizeof(struct shmHeader));
@@ -157,9 +162,11 @@ static void segLayout(struct shmSeg* s, int nranks, size_t boardWords, uint32_t 
   s->metas = (struct shmMeta*)(s->fifos + nranks);
   size_t off = alignUp((size_t)((char*)(s->metas + (size_t)nranks * nslots) - p), 64);
   s->pap = (_Atomic uint64_t*)(p + off);
-  off = alignUp(off + boardWords * sizeof(uint64_t), 4096);
+  off = alignUp(off + st->boardWords * sizeof(uint64_t), 64);
+  s->flat = p + off;
+  off = alignUp(off + st->flatBytes, 4096);
   s->data = p + off;
-  off = alignUp(off + (size_t)nranks * nslots * slotSize, 4096);
+  off = alignUp(off + (size_t)nranks * nslots * st->slotSize, 4096);
   s->staging = p + off;
 }
 
@@ -182,6 +189,7 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   st->rank = ctx->rank;
   st->nranks = ctx->nranks;
   st->boardWords = ctx->boardWords;
+  st->flatBytes = ctx->flatBytes;
   st->abortFlag = ctx->abortFlag;
   st->mypid = getpid();
   memcpy(st->key, ctx->key, 16);
@@ -210,7 +218,7 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   memcpy(st->pids, ctx->pids, sizeof(int) * (size_t)ctx->nranks);
 
   segName(st->name, sizeof(st->name), st->key, st->rank);
-  size_t bytes = segBytes(st->nranks, st->boardWords, st->slotSize, st->nslots, st->stagingSize);
+  size_t bytes = segBytes(st);
   fd = shm_open(st->name, O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
     PAP_WARN("shm_open %s failed: %s", st->name, strerror(errno));
@@ -233,7 +241,7 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   fd = -1;
   st->self.base = base;
   st->self.bytes = bytes;
-  segLayout(&st->self, st->nranks, st->boardWords, st->slotSize, st->nslots);
+  segLayout(&st->self, st);
   struct shmHeader* h = st->self.hdr;
   h->version = SHM_VERSION;
   h->nranks = (uint32_t)st->nranks;
@@ -314,12 +322,12 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
     res = papcclSystemError;
     goto out_free;
   }
-  size_t bytes = segBytes(st->nranks, st->boardWords, st->slotSize, st->nslots, st->stagingSize);
+  size_t bytes = segBytes(st);
   struct stat sb;
   if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != bytes) {
     PAP_WARN(
-        "peer %d segment %s has %lld bytes, expected %zu (different PAPCCL_SHM_* "
-        "settings on the ranks?)",
+        "peer %d segment %s has %lld bytes, expected %zu (different PAPCCL_SHM_* or "
+        "PAPCCL_FLAT_MAX_BYTES settings on the ranks?)",
         peer, c->name, (long long)sb.st_size, bytes);
     close(fd);
     res = papcclInvalidUsage;
@@ -334,7 +342,7 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
   }
   c->peerSeg.base = base;
   c->peerSeg.bytes = bytes;
-  segLayout(&c->peerSeg, st->nranks, st->boardWords, st->slotSize, st->nslots);
+  segLayout(&c->peerSeg, st);
   struct shmHeader* h = c->peerSeg.hdr;
   if (papShmCheckHeader(h, st->nranks, peer) != 0) {
     PAP_WARN("peer %d segment %s is not a papccl segment of this communicator", peer, c->name);
@@ -656,6 +664,13 @@ static papcclResult_t shmBoardAtomic(void* state, size_t idx, int op, uint64_t v
   return papcclSuccess;
 }
 
+static void* shmFlat(void* state, int r) {
+  struct shmState* st = (struct shmState*)state;
+  if (st->flatBytes == 0 || r < 0 || r >= st->nranks) return NULL;
+  if (r == st->rank) return st->self.flat;
+  return st->conns[r] ? st->conns[r]->peerSeg.flat : NULL;
+}
+
 static void shmNotify(void* state, int peer) {
   struct shmState* st = (struct shmState*)state;
   if (peer == st->rank) {
@@ -664,6 +679,24 @@ static void shmNotify(void* state, int peer) {
   }
   if (peer < 0 || peer >= st->nranks || st->conns[peer] == NULL) return;
   ringBoard(st->conns[peer]->peerSeg.board);
+}
+
+static void shmNotifyAll(void* state) {
+  struct shmState* st = (struct shmState*)state;
+#ifndef SHM_TSAN
+  atomic_thread_fence(memory_order_seq_cst); /* as ringBoard's, once for all the peers */
+#endif
+  for (int p = 0; p < st->nranks; p++) {
+    if (p == st->rank || st->conns[p] == NULL) continue;
+    struct shmBoard* b = st->conns[p]->peerSeg.board;
+#ifdef SHM_TSAN
+    if (atomic_fetch_add_explicit(&b->sleepers, 0, memory_order_seq_cst) == 0) continue;
+#else
+    if (atomic_load_explicit(&b->sleepers, memory_order_relaxed) == 0) continue;
+#endif
+    atomic_fetch_add_explicit(&b->bell, 1, memory_order_seq_cst);
+    papFutexWakeAll((uint32_t*)&b->bell);
+  }
 }
 
 static void shmClose(struct papConn* c) {
@@ -703,7 +736,9 @@ const struct papTransportOps papTransportShm = {
     .wake = shmWake,
     .staging = shmStaging,
     .boardAtomic = shmBoardAtomic,
+    .flat = shmFlat,
     .notify = shmNotify,
+    .notifyAll = shmNotifyAll,
     .close = shmClose,
     .finalize = shmFinalize,
 };

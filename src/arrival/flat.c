@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Flat small collectives (docs/PAP-ENGINE.md section 9): on one host, an allreduce up to
+ * PAPCCL_FLAT_MAX_BYTES needs no plan, no board and no messages. Each rank owns two lines in
+ * its shared flat area (the transport maps every rank's area into every rank); a line is a
+ * header (sequence number, arrival stamp, call signature) and the input. A rank copies its
+ * input into the line of this op's parity, publishes the sequence number, rings the
+ * doorbells of sleeping peers, waits until every peer's line holds the same number, and
+ * reduces all the lines itself in rank order: every rank gets the same bits, and the last
+ * rank to arrive does one write of its input and one read of each input: the least any
+ * plan can leave it.
+ *
+ * Reuse: the line of op s is written again by op s + 2, after this rank saw every peer at
+ * op s + 1, which each peer entered only after it had read every line of op s. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "algo.h"
+#include "arrival.h"
+#include "check.h"
+#include "comm.h"
+#include "futex.h"
+#include "kernels.h"
+#include "log.h"
+#include "param.h"
+#include "transport.h"
+#include "wait.h"
+
+/* A line: this header, then the input right behind it (up to 40 bytes share its cache
+ * line), 64-byte aligned lines. */
+#define FLAT_HDR 24
+
+struct flatHdr {
+  _Atomic uint64_t seq; /* the flat op this line holds (0: none yet); written last */
+  uint64_t tArr; /* CLOCK_MONOTONIC ns: the rank's arrival */
+  uint64_t sig; /* the call's signature: every rank must make the same call */
+};
+_Static_assert(sizeof(struct flatHdr) == FLAT_HDR, "flat line header");
+
+static size_t align64(size_t v) {
+  return (v + 63) & ~(size_t)63;
+}
+
+size_t papFlatAreaBytes(int nranks) {
+  int64_t m = papParamFlatMaxBytes();
+  if (m <= 0 || nranks < 2) return 0;
+  return 2 * align64(FLAT_HDR + (size_t)m);
+}
+
+papcclResult_t papFlatAttach(struct papComm* comm) {
+  struct papArrivalState* ps = comm->arrival;
+  int n = comm->nranks;
+  size_t area = papFlatAreaBytes(n);
+  ps->flatCap = 0;
+  if (area == 0 || comm->tops->flat == NULL) return papcclSuccess;
+  for (int r = 0; r < n; r++) {
+    ps->flatArea[r] = (char*)comm->tops->flat(comm->tstate, r);
+    if (ps->flatArea[r] == NULL) return papcclSuccess; /* not every rank mapped: no flat ops */
+  }
+  ps->flatLine = area / 2;
+  ps->flatCap = (size_t)papParamFlatMaxBytes();
+  return papcclSuccess;
+}
+
+int papFlatEligible(const struct papComm* comm, const struct papOpDesc* op) {
+  const struct papArrivalState* ps = comm->arrival;
+  if (ps == NULL || ps->flatCap == 0 || op->call.coll != PAP_COLL_ALLREDUCE || op->call.count == 0)
+    return 0;
+  if (op->call.count * papKernTypeSize(op->call.dtype) > ps->flatCap) return 0;
+  /* A forced algorithm and the deterministic mode (one canonical tree at every size) keep
+   * their plans; so do ops the device arena takes. Every rank decides alike. */
+  if (papSelectForcedAlgo() != PAP_ALGO_AUTO || papParamDeterministic()) return 0;
+  if (papAlgoArenaEligible(&op->call, &comm->engine)) return 0;
+  return 1;
+}
+
+/* The op byte: [reduction:4 | avg:1 | preMul:1 | 0:2]. */
+uint64_t papArrivalSignature(const struct papCall* c) {
+  unsigned red = (unsigned)(c->red & 0xf) | (c->avg ? 0x10u : 0) | (c->preMul ? 0x20u : 0);
+  return (uint64_t)c->count << 24 | (uint64_t)(c->dtype & 0xff) << 16 | (uint64_t)red << 8 |
+         (uint64_t)(c->coll & 0xff);
+}
+
+void papArrivalNoteCall(struct papComm* comm, uint64_t sig) {
+  comm->arrival->recentSig[1] = comm->arrival->recentSig[0];
+  comm->arrival->recentSig[0] = sig;
+}
+
+/* The prediction context of an op with signature sig after the recent collectives. */
+static int contextOf(const struct papArrivalState* ps, uint64_t sig) {
+  uint64_t h = sig * 0x9e3779b97f4a7c15ull;
+  h ^= (ps->recentSig[0] + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
+  h ^= (ps->recentSig[1] + 0x8cb92ba72f3d8dd7ull) * 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return (int)(h % PAP_FLAT_CONTEXTS);
+}
+
+static const char* sigString(uint64_t sig, char* buf, size_t len) {
+  static const char* const reds[] = {"sum", "prod", "max", "min"};
+  unsigned red = (unsigned)(sig >> 8 & 0xff);
+  snprintf(buf, len, "count %llu, datatype %d, op %s", (unsigned long long)(sig >> 24),
+           (int)(sig >> 16 & 0xff),
+           red & 0x10        ? "avg"
+           : red & 0x20      ? "premulsum"
+           : (red & 0xf) < 4 ? reds[red & 0xf]
+                             : "?");
+  return buf;
+}
+
+static struct flatHdr* lineOf(const struct papArrivalState* ps, int r, uint64_t seq) {
+  return (struct flatHdr*)(ps->flatArea[r] + (seq & 1) * ps->flatLine);
+}
+
+/* Polls the peers not seen yet; returns how many arrived in this pass, or -1 on a call that
+ * differs from ours (logged). */
+static int pollPeers(struct papComm* comm, uint64_t seq, uint64_t sig, int* seen) {
+  struct papArrivalState* ps = comm->arrival;
+  int got = 0;
+  for (int p = 0; p < comm->nranks; p++) {
+    if (seen[p]) continue;
+    struct flatHdr* h = lineOf(ps, p, seq);
+    if (atomic_load_explicit(&h->seq, memory_order_acquire) != seq) continue;
+    seen[p] = 1;
+    got++;
+    ps->stamps[p] = h->tArr;
+    if (h->sig != sig) {
+      char a[96], b[96];
+      PAP_WARN(
+          "allreduce #%llu: rank %d called it with %s, rank %d with %s (every rank must make "
+          "the same call)",
+          (unsigned long long)seq, comm->rank, sigString(sig, a, sizeof(a)), p,
+          sigString(h->sig, b, sizeof(b)));
+      return -1;
+    }
+  }
+  return got;
+}
+
+/* Margin around the predicted arrival of the last peer in which a waiter polls instead of
+ * sleeping: a wake-up from a futex costs tens to hundreds of us on a busy host. */
+static uint64_t leadNs(uint64_t predicted) {
+  uint64_t lead = predicted / 8;
+  if (lead < 200000) lead = 200000;
+  if (lead > 2000000) lead = 2000000;
+  return lead;
+}
+
+papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
+  struct papArrivalState* ps = comm->arrival;
+  struct papArrival* a = &op->arr;
+  const struct papCall* c = &op->call;
+  int n = comm->nranks, me = comm->rank;
+  size_t bytes = c->count * papKernTypeSize(c->dtype);
+  uint64_t seq = ++ps->flatSeq;
+  uint64_t sig = papArrivalSignature(c);
+  const int ctx = contextOf(ps, sig);
+  papArrivalNoteCall(comm, sig);
+  a->used = 0;
+  a->flat = 1;
+  a->tPlan = 0;
+  if (a->tArr == 0) a->tArr = papNowNs();
+  op->call.commit.algo = PAP_ALGO_FLAT;
+  op->call.commit.nE = n;
+
+  /* Publish: the input, then the header, then the number (release). */
+  struct flatHdr* mine = lineOf(ps, me, seq);
+  memcpy((char*)mine + FLAT_HDR, c->sendbuff, bytes);
+  mine->tArr = a->tArr;
+  mine->sig = sig;
+  atomic_store_explicit(&mine->seq, seq, memory_order_release);
+
+  int* seen = ps->flatSeen;
+  memset(seen, 0, sizeof(int) * (size_t)n);
+  seen[me] = 1;
+  ps->stamps[me] = a->tArr;
+  int left = n - 1;
+  int got = 0;
+  /* Cheap polls first (no clock): in step, the peers are a cache miss away. With a CPU
+   * each, a few microseconds of them; sharing CPUs, a few, then the wait's yields. */
+  const int cheap = comm->oversubscribed ? 16 : 1024;
+  for (int i = 0; i < cheap && left > 0; i++) {
+    got = pollPeers(comm, seq, sig, seen);
+    if (got < 0) return papcclInvalidUsage;
+    left -= got;
+    if (left > 0 && got == 0) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+  if (left > 0) {
+    /* The one wait (core/wait.h) with a prediction: poll for the spin budget, sleep on the
+     * doorbell, and poll again around the time the last peer came in past ops. */
+    struct papWait w;
+    papWaitInit(&w, "a flat allreduce", (const volatile int*)&comm->abortFlag, 1, comm->spinNs, 0);
+    w.yield = comm->oversubscribed;
+    w.hint = ": a rank never arrived or is dead";
+    char what[128];
+    int described = 0;
+    uint64_t predicted = (uint64_t)ps->flatWaitEma[ctx];
+    uint64_t lead = leadNs(predicted);
+    uint64_t due = a->tArr + predicted;
+    unsigned polls = 0;
+    while (left > 0) {
+      got = pollPeers(comm, seq, sig, seen);
+      if (got < 0) return papcclInvalidUsage;
+      if (got > 0) {
+        left -= got;
+        if (left > 0) papWaitProgressed(&w, papNowNs());
+        continue;
+      }
+      if ((++polls & 15) != 0) continue;
+      uint64_t now = papNowNs();
+      PAP_CHECK(papWaitCheck(&w, now));
+      if (papWaitHealthDue(&w, now)) {
+        for (int p = 0; p < n; p++) {
+          if (seen[p] || comm->tops->peerAlive(comm->tstate, p)) continue;
+          PAP_WARN("allreduce #%llu on rank %d: rank %d (pid %d) exited before it arrived",
+                   (unsigned long long)seq, me, p, comm->pids[p]);
+          return papcclRemoteError;
+        }
+      }
+      if (papWaitSpin(&w, now)) continue;
+      /* Near the predicted arrival: poll as within the budget. */
+      if (predicted > w.spinNs && now + lead >= due && now < due + lead) {
+        papWaitPoll(&w);
+        continue;
+      }
+      if (!described) { /* named only when the wait may last (a timeout names it) */
+        snprintf(what, sizeof(what), "allreduce #%llu on rank %d (flat), waiting for %d rank(s)",
+                 (unsigned long long)seq, me, left);
+        w.what = what;
+        described = 1;
+      }
+      uint32_t tok = comm->tops->waitToken(comm->tstate);
+      got = pollPeers(comm, seq, sig, seen);
+      if (got != 0) {
+        comm->tops->wait(comm->tstate, tok, 0);
+        if (got < 0) return papcclInvalidUsage;
+        left -= got;
+        continue;
+      }
+      int64_t slice = 100000000;
+      if (predicted > w.spinNs && now + lead < due) slice = (int64_t)(due - lead - now);
+      comm->tops->wait(comm->tstate, tok, papWaitSlice(&w, now, slice));
+      w.spinUntil = papNowNs() + w.spinNs / 4; /* a short poll after each wake-up */
+    }
+  }
+  a->tPlan = a->tArr; /* no plan to wait for: the work starts at arrival */
+  /* Wake the sleepers. Only the last line lets anyone finish and its writer sees every line
+   * at once, so ringing once the wait is over (not at publishing) wakes no one early and
+   * keeps the doorbell's fence off the publishing rank's way. The doorbell's fence pairs
+   * with the sleeper's: it sees us sleeping, or our line and every line we saw. */
+  if (comm->tops->notifyAll) {
+    comm->tops->notifyAll(comm->tstate);
+  } else {
+    for (int p = 0; p < n; p++)
+      if (p != me) comm->tops->notify(comm->tstate, p);
+  }
+
+  /* Reduce every line in rank order: the same bits on every rank. */
+  char* out = (char*)op->call.recvbuff;
+  memcpy(out, (char*)lineOf(ps, 0, seq) + FLAT_HDR, bytes);
+  for (int p = 1; p < n; p++)
+    papKernHostReduce(out, out, (char*)lineOf(ps, p, seq) + FLAT_HDR, c->count, c->dtype, c->red);
+
+  /* What this rank waited for the last peer, for the next prediction. */
+  uint64_t last = 0;
+  for (int p = 0; p < n; p++)
+    if (ps->stamps[p] > last) last = ps->stamps[p];
+  double waited = last > a->tArr ? (double)(last - a->tArr) : 0.0;
+  ps->flatWaitEma[ctx] += (waited - ps->flatWaitEma[ctx]) / 4;
+  return papcclSuccess;
+}
