@@ -277,6 +277,10 @@ typedef struct papcclPapStats {
   uint64_t lateCount[PAPCCL_PAP_STATS_MAX_RANKS]; /* times each rank arrived last */
   double avgLatenessUs[PAPCCL_PAP_STATS_MAX_RANKS];
   int habitualLateRank; /* a rank last in more than half of the complete ops (>= 8), or -1 */
+  /* The last collective again: how long after its own arrival this rank expected the last
+   * one, learnt from past collectives in the same place of the call sequence (it polls
+   * around then instead of sleeping); 0 when it expected no wait worth predicting. */
+  double lastExpectedWaitUs;
 } papcclPapStats;
 
 /* Fills *stats with comm's arrival statistics (see papcclPapStats). Thread-safe; call it

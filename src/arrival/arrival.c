@@ -167,14 +167,14 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   int n = comm->nranks;
   a->used = 0;
   a->decided = decided;
-  papArrivalNoteCall(comm, papArrivalSignature(&op->call));
+  if (a->tArr == 0) a->tArr = papNowNs();
+  papArrivalPredict(comm, op, papArrivalSignature(&op->call));
   papSelectLocal(comm, op);
   if (comm->tops->boardAtomic == NULL || n > 0xffff) return papcclSuccess;
   a->slot = (int)(op->call.cseq % PAP_BOARD_SLOTS);
   a->gen = genOf(op->call.cseq);
   a->released = 0;
   a->tPlan = 0;
-  if (a->tArr == 0) a->tArr = papNowNs();
   size_t wi = IDX_WORD(n, a->slot);
   uint64_t w = 0, nw = 0;
   struct papWait slotWait;
@@ -480,6 +480,25 @@ static int papAlgoStatsId(int coll, int algo) {
   }
 }
 
+/* The prediction context of an op with signature sig after the recent collectives. */
+static int contextOf(const struct papArrivalState* ps, uint64_t sig) {
+  uint64_t h = sig * 0x9e3779b97f4a7c15ull;
+  h ^= (ps->recentSig[0] + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
+  h ^= (ps->recentSig[1] + 0x8cb92ba72f3d8dd7ull) * 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return (int)(h % PAP_PREDICT_CONTEXTS);
+}
+
+void papArrivalPredict(struct papComm* comm, struct papOpDesc* op, uint64_t sig) {
+  struct papArrivalState* ps = comm->arrival;
+  struct papArrival* a = &op->arr;
+  a->ctx = contextOf(ps, sig);
+  double w = ps->waitEma[a->ctx];
+  a->due = w > (double)comm->spinNs ? a->tArr + (uint64_t)w : 0;
+  ps->recentSig[1] = ps->recentSig[0];
+  ps->recentSig[0] = sig;
+}
+
 /* Reads every arrival of the op (order, stamps); 0 when the slot is incomplete or reused.
  * The slot is read whole (one round trip on a remote board), again while an entry is still
  * being written, then the word once more: a rank reusing the slot changes the word before
@@ -554,6 +573,7 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   papcclPapStats* st = &ps->st;
   st->ops++;
   st->lastSeq = op->call.seq;
+  st->lastExpectedWaitUs = a->due > a->tArr ? (double)(a->due - a->tArr) / 1e3 : 0;
   st->lastAlgo = papAlgoStatsId(op->call.coll, op->call.commit.algo);
   const char* name = op->call.coll == PAP_COLL_ALLREDUCE || op->call.commit.algo == PAP_ALGO_ARRIVAL
                          ? papAlgoName((enum papAlgo)op->call.commit.algo)
@@ -603,6 +623,9 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
     if (ps->stamps[r] > aMax) aMax = ps->stamps[r];
   }
   double skew = (double)(aMax - aMin);
+  /* What this rank waited for the last arrival, for the next prediction in this context. */
+  double waited = aMax > a->tArr ? (double)(aMax - a->tArr) : 0.0;
+  ps->waitEma[a->ctx] += (waited - ps->waitEma[a->ctx]) / 4;
   double tail = tDone > aMax ? (double)(tDone - aMax) : 0.0;
   double inColl = (double)(tDone - a->tArr);
   int lateRank = ps->order[n - 1];

@@ -34,7 +34,7 @@ static inline size_t papBoardWords(int nranks) {
 #define PAP_SEL_BUCKETS 48
 #define PAP_SEL_COLLS 5
 
-#define PAP_FLAT_CONTEXTS 64
+#define PAP_PREDICT_CONTEXTS 64
 
 struct papSelBucket {
   double skewEma; /* ns */
@@ -65,11 +65,11 @@ struct papArrivalState {
   size_t flatCap; /* largest input of a flat op (0: no flat ops on this comm) */
   uint64_t flatSeq; /* flat ops so far */
   int* flatSeen; /* [nranks] scratch */
-  /* Predicted waits: ns this rank waited for the last peer in flat ops, an EMA per context
-   * (the op's signature and the two collectives before it, hashed), as training repeats
-   * the same sequence every step. */
-  double flatWaitEma[PAP_FLAT_CONTEXTS];
-  uint64_t recentSig[2]; /* signatures of the last two collectives (papArrivalNoteCall) */
+  /* Predicted waits: ns from this rank's arrival to the last one, an EMA per context (the
+   * op's signature and the two collectives before it, hashed), as training repeats the
+   * same sequence every step (papArrivalPredict). */
+  double waitEma[PAP_PREDICT_CONTEXTS];
+  uint64_t recentSig[2]; /* signatures of the last two collectives */
   /* statistics (papcclPapStats) */
   papcclPapStats st;
   double sumSkew, sumTail, sumInColl; /* ns, over complete ops */
@@ -102,10 +102,12 @@ size_t papFlatAreaBytes(int nranks);
 papcclResult_t papFlatAttach(struct papComm* comm);
 int papFlatEligible(const struct papComm* comm, const struct papOpDesc* op);
 papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op);
-/* A collective's signature [count:40 | datatype:8 | op:8 | collective:8], and noting it
- * in the recent history (every collective, flat or not, in call order). */
+/* A collective's signature [count:40 | datatype:8 | op:8 | collective:8]. */
 uint64_t papArrivalSignature(const struct papCall* c);
-void papArrivalNoteCall(struct papComm* comm, uint64_t sig);
+/* Every collective, flat or not, in call order: its prediction context and when this rank
+ * expects the last arrival (op->arr.ctx, op->arr.due; 0: no wait worth predicting), then
+ * sig joins the recent history. papArrivalComplete learns from the op's stamps. */
+void papArrivalPredict(struct papComm* comm, struct papOpDesc* op, uint64_t sig);
 /* The algorithm PAPCCL_ALGO forces (PAP_ALGO_AUTO: none). */
 int papSelectForcedAlgo(void);
 /* Completion: stamps, statistics, selector. */

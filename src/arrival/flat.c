@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Flat small collectives (docs/PAP-ENGINE.md section 9): on one host, an allreduce up to
+/* Flat small collectives (docs/PAP-ENGINE.md section 8): on one host, an allreduce up to
  * PAPCCL_FLAT_MAX_BYTES needs no plan, no board and no messages. Each rank owns two lines in
  * its shared flat area (the transport maps every rank's area into every rank); a line is a
  * header (sequence number, arrival stamp, call signature) and the input. A rank copies its
@@ -81,20 +81,6 @@ uint64_t papArrivalSignature(const struct papCall* c) {
          (uint64_t)(c->coll & 0xff);
 }
 
-void papArrivalNoteCall(struct papComm* comm, uint64_t sig) {
-  comm->arrival->recentSig[1] = comm->arrival->recentSig[0];
-  comm->arrival->recentSig[0] = sig;
-}
-
-/* The prediction context of an op with signature sig after the recent collectives. */
-static int contextOf(const struct papArrivalState* ps, uint64_t sig) {
-  uint64_t h = sig * 0x9e3779b97f4a7c15ull;
-  h ^= (ps->recentSig[0] + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
-  h ^= (ps->recentSig[1] + 0x8cb92ba72f3d8dd7ull) * 0x94d049bb133111ebull;
-  h ^= h >> 31;
-  return (int)(h % PAP_FLAT_CONTEXTS);
-}
-
 static const char* sigString(uint64_t sig, char* buf, size_t len) {
   static const char* const reds[] = {"sum", "prod", "max", "min"};
   unsigned red = (unsigned)(sig >> 8 & 0xff);
@@ -136,15 +122,6 @@ static int pollPeers(struct papComm* comm, uint64_t seq, uint64_t sig, int* seen
   return got;
 }
 
-/* Margin around the predicted arrival of the last peer in which a waiter polls instead of
- * sleeping: a wake-up from a futex costs tens to hundreds of us on a busy host. */
-static uint64_t leadNs(uint64_t predicted) {
-  uint64_t lead = predicted / 8;
-  if (lead < 200000) lead = 200000;
-  if (lead > 2000000) lead = 2000000;
-  return lead;
-}
-
 papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
   struct papArrivalState* ps = comm->arrival;
   struct papArrival* a = &op->arr;
@@ -153,12 +130,11 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
   size_t bytes = c->count * papKernTypeSize(c->dtype);
   uint64_t seq = ++ps->flatSeq;
   uint64_t sig = papArrivalSignature(c);
-  const int ctx = contextOf(ps, sig);
-  papArrivalNoteCall(comm, sig);
   a->used = 0;
   a->flat = 1;
   a->tPlan = 0;
   if (a->tArr == 0) a->tArr = papNowNs();
+  papArrivalPredict(comm, op, sig);
   op->call.commit.algo = PAP_ALGO_FLAT;
   op->call.commit.nE = n;
 
@@ -197,9 +173,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
     w.hint = ": a rank never arrived or is dead";
     char what[128];
     int described = 0;
-    uint64_t predicted = (uint64_t)ps->flatWaitEma[ctx];
-    uint64_t lead = leadNs(predicted);
-    uint64_t due = a->tArr + predicted;
+    papWaitExpect(&w, a->tArr, a->due);
     unsigned polls = 0;
     while (left > 0) {
       got = pollPeers(comm, seq, sig, seen);
@@ -221,11 +195,6 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
         }
       }
       if (papWaitSpin(&w, now)) continue;
-      /* Near the predicted arrival: poll as within the budget. */
-      if (predicted > w.spinNs && now + lead >= due && now < due + lead) {
-        papWaitPoll(&w);
-        continue;
-      }
       if (!described) { /* named only when the wait may last (a timeout names it) */
         snprintf(what, sizeof(what), "allreduce #%llu on rank %d (flat), waiting for %d rank(s)",
                  (unsigned long long)seq, me, left);
@@ -240,9 +209,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
         left -= got;
         continue;
       }
-      int64_t slice = 100000000;
-      if (predicted > w.spinNs && now + lead < due) slice = (int64_t)(due - lead - now);
-      comm->tops->wait(comm->tstate, tok, papWaitSlice(&w, now, slice));
+      comm->tops->wait(comm->tstate, tok, papWaitSlice(&w, now, 100000000));
       w.spinUntil = papNowNs() + w.spinNs / 4; /* a short poll after each wake-up */
     }
   }
@@ -264,11 +231,5 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
   for (int p = 1; p < n; p++)
     papKernHostReduce(out, out, (char*)lineOf(ps, p, seq) + FLAT_HDR, c->count, c->dtype, c->red);
 
-  /* What this rank waited for the last peer, for the next prediction. */
-  uint64_t last = 0;
-  for (int p = 0; p < n; p++)
-    if (ps->stamps[p] > last) last = ps->stamps[p];
-  double waited = last > a->tArr ? (double)(last - a->tArr) : 0.0;
-  ps->flatWaitEma[ctx] += (waited - ps->flatWaitEma[ctx]) / 4;
   return papcclSuccess;
 }

@@ -26,6 +26,8 @@ struct papArrival {
   uint64_t oldWord; /* the board word before our arrival (0: we were first) */
   int released; /* this rank is done reading the slot */
   uint64_t tPlan; /* CLOCK_MONOTONIC ns: the plan was known (this rank's work could start) */
+  int ctx; /* prediction context (papArrivalPredict) */
+  uint64_t due; /* CLOCK_MONOTONIC ns: the last arrival as predicted, or 0 */
 };
 
 struct papOpDesc {

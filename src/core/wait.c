@@ -10,6 +10,8 @@
 
 #define PAP_WAIT_HEALTH_NS 100000000ull /* peers' health, every 100 ms */
 #define PAP_WAIT_FIRST_SLEEP_NS 2000
+#define PAP_WAIT_EXPECT_MIN_NS 200000ull /* the margin around an expected event */
+#define PAP_WAIT_EXPECT_MAX_NS 2000000ull
 
 void papWaitInit(struct papWait* w, const char* what, const volatile int* abortFlag, int timed,
                  uint64_t spinNs, long maxSleepNs) {
@@ -20,6 +22,7 @@ void papWaitInit(struct papWait* w, const char* what, const volatile int* abortF
   w->deadline = timed ? now + (uint64_t)papParamTimeoutS() * 1000000000ull : 0;
   w->spinNs = spinNs;
   w->spinUntil = now + spinNs;
+  w->pollFrom = w->pollUntil = 0;
   w->yield = 1;
   w->nextHealth = now + PAP_WAIT_HEALTH_NS;
   w->sleepNs = PAP_WAIT_FIRST_SLEEP_NS;
@@ -52,8 +55,18 @@ void papWaitProgressed(struct papWait* w, uint64_t now) {
   w->sleepNs = PAP_WAIT_FIRST_SLEEP_NS;
 }
 
+void papWaitExpect(struct papWait* w, uint64_t from, uint64_t at) {
+  w->pollFrom = w->pollUntil = 0;
+  if (at <= from + w->spinNs) return;
+  uint64_t lead = (at - from) / 8;
+  if (lead < PAP_WAIT_EXPECT_MIN_NS) lead = PAP_WAIT_EXPECT_MIN_NS;
+  if (lead > PAP_WAIT_EXPECT_MAX_NS) lead = PAP_WAIT_EXPECT_MAX_NS;
+  w->pollFrom = at > lead ? at - lead : 0;
+  w->pollUntil = at + lead;
+}
+
 int papWaitSpin(struct papWait* w, uint64_t now) {
-  if (now >= w->spinUntil) return 0;
+  if (now >= w->spinUntil && (now < w->pollFrom || now >= w->pollUntil)) return 0;
   papWaitPoll(w);
   return 1;
 }
@@ -80,6 +93,7 @@ void papWaitSleep(struct papWait* w) {
 }
 
 int64_t papWaitSlice(const struct papWait* w, uint64_t now, int64_t want) {
+  if (w->pollFrom > now && (int64_t)(w->pollFrom - now) < want) want = (int64_t)(w->pollFrom - now);
   if (w->deadline == 0) return want;
   if (now >= w->deadline) return 0;
   return (int64_t)(w->deadline - now) < want ? (int64_t)(w->deadline - now) : want;

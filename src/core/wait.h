@@ -32,6 +32,7 @@ struct papWait {
   uint64_t spinNs; /* polling budget after each progress (0: sleep at once) */
   int yield; /* polls give the core away (ranks outnumber CPUs); else they pause (default 1) */
   uint64_t spinUntil;
+  uint64_t pollFrom, pollUntil; /* a predicted event (papWaitExpect): poll in between too */
   uint64_t nextHealth;
   long sleepNs; /* papWaitSleep's next sleep */
   long maxSleepNs;
@@ -53,7 +54,13 @@ int papWaitHealthDue(struct papWait* w, uint64_t now);
 /* Something moved: the spin budget starts again and the sleeps start short. */
 void papWaitProgressed(struct papWait* w, uint64_t now);
 
-/* Within the spin budget: yields the core (or pauses, yield = 0) and returns 1 (poll
+/* An event is expected at `at` (a peer's arrival, predicted from past ops), `at - from` ns
+ * after the wait began: the wait polls in a margin around it (1/8 of the prediction, 0.2 to
+ * 2 ms on each side) and its sleeps end where the margin starts, because a wake-up from a
+ * sleep can cost more than the whole operation. No effect when at <= from + spinNs. */
+void papWaitExpect(struct papWait* w, uint64_t from, uint64_t at);
+
+/* Within the spin budget (or the margin of an expected event): yields the core (or pauses, yield = 0) and returns 1 (poll
  * again). Else 0: sleep now. */
 int papWaitSpin(struct papWait* w, uint64_t now);
 /* One poll's pause: yields the core (yield = 1) or a CPU pause hint. */
@@ -66,7 +73,8 @@ static inline int papWaitInBudget(const struct papWait* w, uint64_t now) {
 /* Sleeps without a doorbell: 2 us at first, doubling up to maxSleepNs. */
 void papWaitSleep(struct papWait* w);
 
-/* A doorbell sleep of `want` ns, cut at the deadline. */
+/* A doorbell sleep of `want` ns, cut at the deadline and where an expected event's margin
+ * starts. */
 int64_t papWaitSlice(const struct papWait* w, uint64_t now, int64_t want);
 
 #endif /* PAPCCL_CORE_WAIT_H_ */

@@ -139,9 +139,9 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
 
 /* Drives the engines of comms[] until all plans are done, an error, abort or the deadline
  * (the one wait, core/wait.h). Polls PAPCCL_SPIN_US after the last progress (yielding the
- * core), then sleeps on the transport's doorbell; with several comms it sleeps in short
- * slices instead. */
-static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
+ * core when oversubscribed) and around the predicted last arrival of a lone op, else sleeps
+ * on the transport's doorbell; with several comms it sleeps in short slices instead. */
+static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct papOpDesc* lone) {
   /* The polling budget: the smallest of the comms'. Polls yield the core, so on a host
    * with more ranks than CPUs the rank we wait for (or a late one still computing) runs;
    * a wake-up from a sleep costs far more than the budget there (tens of us). */
@@ -155,6 +155,8 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms) {
   w.yield = 0;
   for (int c = 0; c < ncomms; c++)
     w.yield |= comms[c]->oversubscribed;
+  /* A lone op may expect its last peer at a predicted time: be polling then. */
+  if (lone != NULL && lone->arr.due) papWaitExpect(&w, lone->arr.tArr, lone->arr.due);
   w.hint = ": a peer is dead or did not call the same operation";
   unsigned polls = 0;
   int spinFresh = 1; /* the spin budget was restarted by progress and not yet dated */
@@ -291,7 +293,7 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
   for (int c = 0; c < ncomms && res == papcclSuccess; c++)
     res = buildPlan(comms[c], ops, nops);
   int driven = res == papcclSuccess;
-  if (driven) res = driveAll(comms, ncomms);
+  if (driven) res = driveAll(comms, ncomms, nops == 1 ? &ops[0] : NULL);
   if (res == papcclSuccess) {
     for (int i = 0; i < nops; i++)
       papArrivalComplete(ops[i].comm, &ops[i]);

@@ -90,7 +90,40 @@ TEST_F(Flat, StatsNameTheLateRank) {
     EXPECT_LT(st.lastTailUs, st.lastSkewUs);
     if (rk.rank != 1) {
       EXPECT_GT(st.lastTimeInCollUs, 15000);
+      // Learnt from ops 3-5 (ops 1 and 2 have other contexts: fewer calls before them):
+      // 20 ms, weighted 1/4 per op, so about 1 - 0.75^3 of it.
+      EXPECT_GT(st.lastExpectedWaitUs, 8000);
+      EXPECT_LT(st.lastExpectedWaitUs, 40000);
+    } else {
+      EXPECT_EQ(0, st.lastExpectedWaitUs);  // the late rank waits for no one
     }
+  });
+}
+
+// The prediction is per place in the call sequence: in a repeating step of a large
+// allreduce that waits for a late rank and a small one that does not, each learns its own.
+TEST_F(Flat, PredictionsFollowThePlaceInTheSequence) {
+  const int n = 3;
+  RunRanks(Mode::kProcesses, n, [&](Rank& rk) {
+    std::vector<float> big(1 << 16, 1.0f);
+    double bigExpect = 0, smallExpect = 0;
+    for (int step = 0; step < 8; step++) {
+      papPerfDelayUs(rk.rank == 2 ? 10000 : 0);
+      ASSERT_EQ(papcclSuccess, papcclAllReduce(big.data(), big.data(), big.size(), papcclFloat32,
+                                               papcclSum, rk.comm, nullptr));
+      bigExpect = Stats(rk.comm).lastExpectedWaitUs;
+      float loss = 1;
+      ASSERT_EQ(papcclSuccess,
+                papcclAllReduce(&loss, &loss, 1, papcclFloat32, papcclSum, rk.comm, nullptr));
+      ASSERT_EQ(3.0f, loss);
+      smallExpect = Stats(rk.comm).lastExpectedWaitUs;
+    }
+    if (rk.rank != 2) {
+      EXPECT_GT(bigExpect, 6000) << "rank " << rk.rank;
+    } else {
+      EXPECT_EQ(0, bigExpect);
+    }
+    EXPECT_LT(smallExpect, 5000) << "rank " << rk.rank;
   });
 }
 
