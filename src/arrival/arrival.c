@@ -625,7 +625,10 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   double skew = (double)(aMax - aMin);
   /* What this rank waited for the last arrival, for the next prediction in this context. */
   double waited = aMax > a->tArr ? (double)(aMax - a->tArr) : 0.0;
-  ps->waitEma[a->ctx] += (waited - ps->waitEma[a->ctx]) / 4;
+  if (ps->waitSamples[a->ctx]++ == 0)
+    ps->waitEma[a->ctx] = waited; /* the first sample of a context is the best guess */
+  else
+    ps->waitEma[a->ctx] += (waited - ps->waitEma[a->ctx]) / 4;
   double tail = tDone > aMax ? (double)(tDone - aMax) : 0.0;
   double inColl = (double)(tDone - a->tArr);
   int lateRank = ps->order[n - 1];

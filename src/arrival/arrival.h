@@ -69,6 +69,7 @@ struct papArrivalState {
    * op's signature and the two collectives before it, hashed), as training repeats the
    * same sequence every step (papArrivalPredict). */
   double waitEma[PAP_PREDICT_CONTEXTS];
+  uint32_t waitSamples[PAP_PREDICT_CONTEXTS];
   uint64_t recentSig[2]; /* signatures of the last two collectives */
   /* statistics (papcclPapStats) */
   papcclPapStats st;

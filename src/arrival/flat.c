@@ -122,6 +122,21 @@ static int pollPeers(struct papComm* comm, uint64_t seq, uint64_t sig, int* seen
   return got;
 }
 
+static void wakePeers(struct papComm* comm) {
+  if (comm->tops->notifyAll) {
+    comm->tops->notifyAll(comm->tstate);
+    return;
+  }
+  for (int p = 0; p < comm->nranks; p++)
+    if (p != comm->rank) comm->tops->notify(comm->tstate, p);
+}
+
+/* A call that differs from ours: our line is out, so wake the sleepers to see it too. */
+static papcclResult_t mismatch(struct papComm* comm) {
+  wakePeers(comm);
+  return papcclInvalidUsage;
+}
+
 papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
   struct papArrivalState* ps = comm->arrival;
   struct papArrival* a = &op->arr;
@@ -156,7 +171,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
   const int cheap = comm->oversubscribed ? 16 : 1024;
   for (int i = 0; i < cheap && left > 0; i++) {
     got = pollPeers(comm, seq, sig, seen);
-    if (got < 0) return papcclInvalidUsage;
+    if (got < 0) return mismatch(comm);
     left -= got;
     if (left > 0 && got == 0) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -177,7 +192,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
     unsigned polls = 0;
     while (left > 0) {
       got = pollPeers(comm, seq, sig, seen);
-      if (got < 0) return papcclInvalidUsage;
+      if (got < 0) return mismatch(comm);
       if (got > 0) {
         left -= got;
         if (left > 0) papWaitProgressed(&w, papNowNs());
@@ -205,7 +220,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
       got = pollPeers(comm, seq, sig, seen);
       if (got != 0) {
         comm->tops->wait(comm->tstate, tok, 0);
-        if (got < 0) return papcclInvalidUsage;
+        if (got < 0) return mismatch(comm);
         left -= got;
         continue;
       }
@@ -218,12 +233,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
    * at once, so ringing once the wait is over (not at publishing) wakes no one early and
    * keeps the doorbell's fence off the publishing rank's way. The doorbell's fence pairs
    * with the sleeper's: it sees us sleeping, or our line and every line we saw. */
-  if (comm->tops->notifyAll) {
-    comm->tops->notifyAll(comm->tstate);
-  } else {
-    for (int p = 0; p < n; p++)
-      if (p != me) comm->tops->notify(comm->tstate, p);
-  }
+  wakePeers(comm);
 
   /* Reduce every line in rank order: the same bits on every rank. */
   char* out = (char*)op->call.recvbuff;
