@@ -159,12 +159,24 @@ static uint64_t localHostId(void) {
   return machineId();
 }
 
+#define PAP_CPU_WORDS 16 /* CPUs 0..1023 */
+
 struct peerInfo {
   uint64_t hostId;
   uint64_t machineId;
   int32_t pid;
   int32_t rank;
+  uint64_t cpus[PAP_CPU_WORDS]; /* the CPUs the rank may run on (its affinity) */
 };
+
+/* The CPUs this process may run on, as a bit mask (none when the affinity is unknown). */
+static void affinityMask(uint64_t* words) {
+  cpu_set_t set;
+  memset(words, 0, sizeof(uint64_t) * PAP_CPU_WORDS);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return;
+  for (int c = 0; c < CPU_SETSIZE && c < 64 * PAP_CPU_WORDS; c++)
+    if (CPU_ISSET(c, &set)) words[c / 64] |= 1ull << (c % 64);
+}
 
 static papcclResult_t commSetup(struct papComm* comm) {
   papcclResult_t res = papcclSuccess;
@@ -177,6 +189,7 @@ static papcclResult_t commSetup(struct papComm* comm) {
   info[comm->rank].machineId = machineId();
   info[comm->rank].pid = (int32_t)getpid();
   info[comm->rank].rank = comm->rank;
+  affinityMask(info[comm->rank].cpus);
   PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, info, sizeof(*info)), res, out);
   PAP_CHECK_GOTO(papCalloc(&comm->hostIds, (size_t)n), res, out);
   PAP_CHECK_GOTO(papCalloc(&comm->pids, (size_t)n), res, out);
@@ -189,12 +202,19 @@ static papcclResult_t commSetup(struct papComm* comm) {
   }
   {
     /* Ranks on this machine (not host id: "hosts" made with PAPCCL_HOSTID or network
-     * namespaces may share the CPUs) against the CPUs we may run on. */
-    int nlocal = 0;
-    for (int r = 0; r < n; r++)
-      nlocal += info[r].machineId == info[comm->rank].machineId;
-    cpu_set_t set;
-    int ncpu = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+     * namespaces may share the CPUs) against the CPUs they may run on together: the union
+     * of their affinities (a launcher that binds each rank to its own CPU leaves each one
+     * CPU, and they still do not share). */
+    int nlocal = 0, ncpu = 0;
+    uint64_t all[PAP_CPU_WORDS] = {0};
+    for (int r = 0; r < n; r++) {
+      if (info[r].machineId != info[comm->rank].machineId) continue;
+      nlocal++;
+      for (int w = 0; w < PAP_CPU_WORDS; w++)
+        all[w] |= info[r].cpus[w];
+    }
+    for (int w = 0; w < PAP_CPU_WORDS; w++)
+      ncpu += __builtin_popcountll(all[w]);
     if (ncpu <= 0) ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
     comm->oversubscribed = ncpu > 0 && nlocal > ncpu;
     comm->spinNs = (uint64_t)papParamSpinUs() * 1000ull;

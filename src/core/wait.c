@@ -10,6 +10,7 @@
 
 #define PAP_WAIT_HEALTH_NS 100000000ull /* peers' health, every 100 ms */
 #define PAP_WAIT_FIRST_SLEEP_NS 2000
+#define PAP_WAIT_YIELD_EVERY_NS 20000ull /* pausing polls still yield this often */
 #define PAP_WAIT_EXPECT_MIN_NS 200000ull /* the margin around an expected event */
 #define PAP_WAIT_EXPECT_MAX_NS 2000000ull
 
@@ -24,6 +25,7 @@ void papWaitInit(struct papWait* w, const char* what, const volatile int* abortF
   w->spinUntil = now + spinNs;
   w->pollFrom = w->pollUntil = 0;
   w->yield = 1;
+  w->lastYield = now;
   w->nextHealth = now + PAP_WAIT_HEALTH_NS;
   w->sleepNs = PAP_WAIT_FIRST_SLEEP_NS;
   w->maxSleepNs = maxSleepNs > PAP_WAIT_FIRST_SLEEP_NS ? maxSleepNs : PAP_WAIT_FIRST_SLEEP_NS;
@@ -67,6 +69,12 @@ void papWaitExpect(struct papWait* w, uint64_t from, uint64_t at) {
 
 int papWaitSpin(struct papWait* w, uint64_t now) {
   if (now >= w->spinUntil && (now < w->pollFrom || now >= w->pollUntil)) return 0;
+  if (!w->yield && now - w->lastYield >= PAP_WAIT_YIELD_EVERY_NS) {
+    /* The scheduler may have put the peer we wait for on our CPU: let it run. */
+    sched_yield();
+    w->lastYield = now;
+    return 1;
+  }
   papWaitPoll(w);
   return 1;
 }

@@ -30,7 +30,9 @@ struct papWait {
   const volatile int* abortFlag; /* or NULL */
   uint64_t deadline; /* CLOCK_MONOTONIC ns; 0: no deadline (what it waits for has its own) */
   uint64_t spinNs; /* polling budget after each progress (0: sleep at once) */
-  int yield; /* polls give the core away (ranks outnumber CPUs); else they pause (default 1) */
+  int yield; /* polls give the core away (ranks outnumber CPUs); else they pause (default 1),
+              * yielding once every PAP_WAIT_YIELD_EVERY_NS in case a peer shares our CPU */
+  uint64_t lastYield;
   uint64_t spinUntil;
   uint64_t pollFrom, pollUntil; /* a predicted event (papWaitExpect): poll in between too */
   uint64_t nextHealth;

@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -64,6 +65,9 @@ struct launch {
   int64_t timeoutNs; /* its deadline on CLOCK_MONOTONIC */
   char** argv; /* the program and its arguments */
   char commId[64];
+  int bindMode; /* BIND_AUTO, BIND_CORE, BIND_NONE (--bind-to) */
+  int ncpus; /* CPUs of our affinity, in order; ranks bound to cpus[rank] when binding */
+  int* cpus;
 
   struct rankProc* ranks; /* owned; nranks entries */
   int nrunning;
@@ -108,6 +112,10 @@ static void usage(FILE* f) {
           "  -n, --np N        number of ranks, 1..%d (required; -np also works)\n"
           "      --timeout SEC stop every rank and exit 124 after SEC seconds\n"
           "      --tag-output  prefix each line a rank prints with \"[rank] \"\n"
+          "      --bind-to core|none\n"
+          "                    core: rank r runs on the r-th CPU it may use; none: where the\n"
+          "                    kernel puts it. Default: core when the ranks fit on those\n"
+          "                    CPUs (as Open MPI binds), none when they outnumber them\n"
           "  -h, --help        show this help\n"
           "      --version     show the version\n"
           "\n"
@@ -162,21 +170,29 @@ static void rewriteNp(int argc, char** argv) {
     if (strcmp(a, "-np") == 0) argv[i] = longNp;
     /* options whose value is the next word */
     if (strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--np") == 0 ||
-        strcmp(argv[i], "--timeout") == 0)
+        strcmp(argv[i], "--timeout") == 0 || strcmp(argv[i], "--bind-to") == 0)
       i++;
   }
 }
+
+enum {
+  BIND_AUTO = 0,
+  BIND_CORE,
+  BIND_NONE
+};
 
 static void parseArgs(int argc, char** argv, struct launch* l) {
   enum {
     OPT_TIMEOUT = 256,
     OPT_TAG,
-    OPT_VERSION
+    OPT_VERSION,
+    OPT_BIND
   };
   static const struct option longOpts[] = {
       {"np", required_argument, NULL, 'n'},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"tag-output", no_argument, NULL, OPT_TAG},
+      {"bind-to", required_argument, NULL, OPT_BIND},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, OPT_VERSION},
       {NULL, 0, NULL, 0},
@@ -195,6 +211,14 @@ static void parseArgs(int argc, char** argv, struct launch* l) {
       break;
     case OPT_TAG:
       l->tagOutput = 1;
+      break;
+    case OPT_BIND:
+      if (strcmp(optarg, "core") == 0)
+        l->bindMode = BIND_CORE;
+      else if (strcmp(optarg, "none") == 0)
+        l->bindMode = BIND_NONE;
+      else
+        usageError("--bind-to wants core or none, got '%s'", optarg);
       break;
     case 'h':
       usage(stdout);
@@ -476,6 +500,12 @@ childExec(struct launch* l, int rank, int errPipe, int outFd, int errFd, int std
   }
   if (outFd >= 0) dup2(outFd, 1);
   if (errFd >= 0) dup2(errFd, 2);
+  if (l->cpus != NULL) { /* one CPU per rank: two polling ranks never share one */
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(l->cpus[rank % l->ncpus], &set);
+    sched_setaffinity(0, sizeof(set), &set); /* best effort: unbound is still correct */
+  }
   char num[16];
   snprintf(num, sizeof(num), "%d", rank);
   setenv("PAPCCL_RANK", num, 1);
@@ -630,6 +660,22 @@ int main(int argc, char** argv) {
   parseArgs(argc, argv, &l);
   ensureStdFds();
   if (l.tagOutput && ensureFdLimit(l.nranks) != 0) return EXIT_LAUNCHER;
+
+  /* Binding: the CPUs we may use, in order; used when asked, or by default when every rank
+   * gets its own. */
+  cpu_set_t allowed;
+  if (l.bindMode != BIND_NONE && sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    int n = CPU_COUNT(&allowed);
+    if (n > 0 && (l.bindMode == BIND_CORE || l.nranks <= n)) {
+      l.cpus = calloc((size_t)n, sizeof(int));
+      if (l.cpus == NULL) {
+        errMsg("out of memory for the CPU list");
+        return EXIT_LAUNCHER;
+      }
+      for (int c = 0; c < CPU_SETSIZE && l.ncpus < n; c++)
+        if (CPU_ISSET(c, &allowed)) l.cpus[l.ncpus++] = c;
+    }
+  }
 
   int port = 0;
   if (pickFreePort(&port) != 0) return EXIT_LAUNCHER;

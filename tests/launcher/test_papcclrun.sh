@@ -191,6 +191,22 @@ check "--tag-output passes a long line on with one prefix" \
   test "$(wc -l <"$T/out")" = 1 -a "$(wc -c <"$T/out")" = 20005 -a "$(head -c 4 "$T/out")" = "[0] "
 
 # --- perf/rankenv.h ----------------------------------------------------------------------
+# --- CPU binding -------------------------------------------------------------------------
+# Each rank prints the CPUs it may run on (from /proc, as a list like 0-3 or 2).
+ncpu=$(nproc)
+cpus_of() { sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status; }
+allowed=$(cpus_of)
+run -n 1 /bin/sh -c 'sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status'
+check "--bind-to default: one rank gets one CPU" test "$(cat "$T/out")" = "${allowed%%[-,]*}"
+run -n 1 --bind-to none /bin/sh -c 'sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status'
+check "--bind-to none: the launcher's CPUs" test "$(cat "$T/out")" = "$allowed"
+run -n $((ncpu + 1)) /bin/sh -c 'sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status'
+check "more ranks than CPUs: not bound by default" test "$(sort -u "$T/out")" = "$allowed"
+run -n "$ncpu" --tag-output /bin/sh -c 'sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status'
+check "as many ranks as CPUs: each its own" test "$(sed 's/^\[[0-9]*\] //' "$T/out" | sort -u | wc -l)" = "$ncpu"
+run -n 2 --bind-to socket true
+check "--bind-to rejects an unknown value" test "$rc" = 2
+
 if [ -n "$PROBE" ]; then
   run -n 3 "$PROBE"
   check "rankenv under papcclrun" test "$(sort "$T/out" | cut -d' ' -f1-4 | tr '\n' ' ')" = \
