@@ -494,7 +494,7 @@ void papArrivalPredict(struct papComm* comm, struct papOpDesc* op, uint64_t sig)
   struct papArrival* a = &op->arr;
   a->ctx = contextOf(ps, sig);
   double w = ps->waitEma[a->ctx];
-  a->due = w > (double)comm->spinNs ? a->tArr + (uint64_t)w : 0;
+  a->due = w >= 1000.0 ? a->tArr + (uint64_t)w : 0; /* 1 us: a wait worth predicting */
   ps->recentSig[1] = ps->recentSig[0];
   ps->recentSig[0] = sig;
 }

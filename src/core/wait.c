@@ -59,7 +59,7 @@ void papWaitProgressed(struct papWait* w, uint64_t now) {
 
 void papWaitExpect(struct papWait* w, uint64_t from, uint64_t at) {
   w->pollFrom = w->pollUntil = 0;
-  if (at <= from + w->spinNs) return;
+  if (at <= from) return;
   uint64_t lead = (at - from) / 8;
   if (lead < PAP_WAIT_EXPECT_MIN_NS) lead = PAP_WAIT_EXPECT_MIN_NS;
   if (lead > PAP_WAIT_EXPECT_MAX_NS) lead = PAP_WAIT_EXPECT_MAX_NS;

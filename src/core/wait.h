@@ -59,7 +59,8 @@ void papWaitProgressed(struct papWait* w, uint64_t now);
 /* An event is expected at `at` (a peer's arrival, predicted from past ops), `at - from` ns
  * after the wait began: the wait polls in a margin around it (1/8 of the prediction, 0.2 to
  * 2 ms on each side) and its sleeps end where the margin starts, because a wake-up from a
- * sleep can cost more than the whole operation. No effect when at <= from + spinNs. */
+ * sleep can cost more than the whole operation. An event expected soon thus extends the
+ * spin budget to the margin's end. No effect when at <= from. */
 void papWaitExpect(struct papWait* w, uint64_t from, uint64_t at);
 
 /* Within the spin budget (or the margin of an expected event): yields the core (or pauses, yield = 0) and returns 1 (poll

@@ -32,13 +32,24 @@ Answer Expect(uint64_t spinNs, uint64_t inNs, const std::vector<uint64_t>& atOff
   return a;
 }
 
-TEST(WaitExpect, NoMarginWithinTheSpinBudget) {
-  Answer a = Expect(50 * kUs, 40 * kUs, {10 * kUs, 60 * kUs});
+TEST(WaitExpect, NothingExpected) {
+  Answer a = Expect(50 * kUs, 0, {10 * kUs, 60 * kUs});
   EXPECT_EQ(0u, a.from);
   EXPECT_EQ(0u, a.until);
   EXPECT_EQ(1, a.spin[0]);  // the budget
   EXPECT_EQ(0, a.spin[1]);  // past it: sleep
   EXPECT_EQ((int64_t)(100 * kMs), a.slice[1]);
+}
+
+TEST(WaitExpect, SoonExtendsTheSpinBudget) {
+  // 40 us expected: the 200 us margin reaches past the 50 us budget.
+  Answer a = Expect(50 * kUs, 40 * kUs, {10 * kUs, 60 * kUs, 230 * kUs, 250 * kUs});
+  EXPECT_EQ(kT0 + 40 * kUs - 200 * kUs, a.from);  // the margin starts before the wait
+  EXPECT_EQ(kT0 + 240 * kUs, a.until);
+  EXPECT_EQ(1, a.spin[0]);
+  EXPECT_EQ(1, a.spin[1]);
+  EXPECT_EQ(1, a.spin[2]);
+  EXPECT_EQ(0, a.spin[3]);
 }
 
 TEST(WaitExpect, MarginIsAnEighthWithinBounds) {
