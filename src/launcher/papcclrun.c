@@ -678,7 +678,10 @@ int main(int argc, char** argv) {
   }
 
   int port = 0;
-  if (pickFreePort(&port) != 0) return EXIT_LAUNCHER;
+  if (pickFreePort(&port) != 0) {
+    free(l.cpus);
+    return EXIT_LAUNCHER;
+  }
   snprintf(l.commId, sizeof(l.commId), "127.0.0.1:%d", port);
 
   l.ranks = calloc((size_t)l.nranks, sizeof(*l.ranks));
@@ -686,6 +689,7 @@ int main(int argc, char** argv) {
   int* owners = calloc((size_t)l.nranks * 2 + 1, sizeof(*owners)); /* pfds[p]: rank owners[p] / 2 */
   if (l.ranks == NULL || pfds == NULL || owners == NULL) {
     errMsg("out of memory for %d ranks", l.nranks);
+    free(l.cpus);
     return EXIT_LAUNCHER;
   }
   for (int i = 0; i < l.nranks; i++)
@@ -702,6 +706,7 @@ int main(int argc, char** argv) {
   if (sigprocmask(SIG_BLOCK, &mask, &l.oldMask) != 0 ||
       (l.sigFd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
     errMsg("cannot set up signal handling: %s", strerror(errno));
+    free(l.cpus);
     return EXIT_LAUNCHER;
   }
   l.oldPipeHandler = signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us */
@@ -727,6 +732,7 @@ int main(int argc, char** argv) {
   free(owners);
   free(pfds);
   free(l.ranks);
+  free(l.cpus);
   close(l.sigFd);
   return l.stopping ? l.exitCode : 0;
 }
