@@ -592,9 +592,8 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
    * gone (rank 0 destroyed) by now, so only ops with a commit read it back there. */
   if (a->flat) {
     /* Every stamp came with its line (flat.c); the order is by stamp, ties by rank. */
-    for (int i = 0; i < n; i++) {
-      int r = i;
-      int j = i;
+    for (int r = 0; r < n; r++) { /* insertion in rank order keeps ties by rank */
+      int j = r;
       for (; j > 0 && ps->stamps[ps->order[j - 1]] > ps->stamps[r]; j--)
         ps->order[j] = ps->order[j - 1];
       ps->order[j] = r;

@@ -173,11 +173,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
     got = pollPeers(comm, seq, sig, seen);
     if (got < 0) return mismatch(comm);
     left -= got;
-    if (left > 0 && got == 0) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
+    if (left > 0 && got == 0) papCpuRelax();
   }
   if (left > 0) {
     /* The one wait (core/wait.h) with a prediction: poll for the spin budget, sleep on the

@@ -80,15 +80,10 @@ int papWaitSpin(struct papWait* w, uint64_t now) {
 }
 
 void papWaitPoll(const struct papWait* w) {
-  if (w->yield) {
+  if (w->yield)
     sched_yield();
-  } else {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-  }
+  else
+    papCpuRelax();
 }
 
 void papWaitSleep(struct papWait* w) {

@@ -63,10 +63,19 @@ void papWaitProgressed(struct papWait* w, uint64_t now);
  * spin budget to the margin's end. No effect when at <= from. */
 void papWaitExpect(struct papWait* w, uint64_t from, uint64_t at);
 
-/* Within the spin budget (or the margin of an expected event): yields the core (or pauses, yield = 0) and returns 1 (poll
- * again). Else 0: sleep now. */
+/* Within the spin budget (or the margin of an expected event): one poll's pause
+ * (papWaitPoll) and 1 (poll again). Else 0: sleep now. */
 int papWaitSpin(struct papWait* w, uint64_t now);
-/* One poll's pause: yields the core (yield = 1) or a CPU pause hint. */
+/* A CPU's spin-wait hint: the cheapest pause between two polls. */
+static inline void papCpuRelax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* One poll's pause: yields the core (yield = 1) or papCpuRelax. */
 void papWaitPoll(const struct papWait* w);
 /* papWaitSpin without the pause, for a poll that drives a device itself (a UCX worker). */
 static inline int papWaitInBudget(const struct papWait* w, uint64_t now) {
