@@ -668,7 +668,12 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
     }
     gap = (sum - mx) / (double)(n - 2);
   }
-  if (!a->flat) papSelectObserve(comm, op, skew, gap); /* flat ops do not consult it */
+  if (!a->flat) { /* flat ops do not consult it */
+    int alg = op->call.commit.algo;
+    int pap =
+        a->decided && alg >= PAP_ALGO_AC2S && alg != PAP_ALGO_AC2S_DET && alg != PAP_ALGO_FLAT;
+    papSelectObserve(comm, op, skew, gap, tail, pap);
+  }
   report(comm);
 }
 

@@ -44,6 +44,13 @@ struct papSelBucket {
   int arrivalPlans; /* current mode: 1 = arrival-aware plans, 0 = classic */
   int up; /* consecutive checks for switching to PAP */
   int down; /* ... and back */
+  /* Measured cost: time from the last arrival to completion, per mode (0 classic, 1 PAP).
+   * A PAP mode that measures no better than the classic one goes back and is not tried
+   * again for probeWait samples (doubling after each failed try). */
+  double tailEma[2]; /* ns */
+  uint32_t tailN[2]; /* samples in tailEma (PAP: since the last switch to it) */
+  uint64_t probeAfter; /* no switch to PAP before this many samples */
+  uint32_t probeWait; /* samples to wait after the next failed try */
 };
 
 /* Per-communicator PAP state; owned by the progress-lock holder. */
@@ -132,9 +139,10 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op);
 /* The bytes the selector's buckets and model use for op (the whole vector of AllGather and
  * ReduceScatter; the buffer of the others). */
 size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op);
-/* Feeds one complete op's skew and in-burst gap into its bucket. */
-void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs,
-                      double gapNs);
+/* Feeds one complete op's skew, in-burst gap and tail (last arrival to completion) into its
+ * bucket; pap: the op ran a PAP plan the selector chose. */
+void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs, double gapNs,
+                      double tailNs, int pap);
 /* tau_gap for the decider: how long without a new arrival before committing. */
 uint64_t papSelectGapNs(const struct papComm* comm, const struct papOpDesc* op);
 

@@ -218,13 +218,36 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) 
   return c;
 }
 
-void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs,
-                      double gapNs) {
+/* A bucket's first samples are start-up: page faults on first touch of the buffers and
+ * transport state set up on first use gave 0.2-2 ms of skew and tail on the 2-core host
+ * (4 ranks, 64 KiB), ten times the steady state; they feed no estimate. */
+#define PAP_SEL_WARMUP 4
+/* Samples of a mode's measured tail before it is compared, the first one after a switch
+ * left out (the plan's first use); the wait before the first retry of a PAP mode that
+ * measured no better than classic, in samples, doubling after each failed try up to the
+ * cap. */
+#define PAP_SEL_TAIL_MIN 8
+#define PAP_SEL_PROBE_FIRST 32
+#define PAP_SEL_PROBE_MAX 4096
+
+static void observeTail(struct papSelBucket* b, int m, double tailNs) {
+  uint32_t k = b->tailN[m]++;
+  if (k == 0) return; /* the first op of the mode */
+  if (k <= PAP_SEL_TAIL_MIN)
+    b->tailEma[m] += (tailNs - b->tailEma[m]) / k; /* running mean until the EMA has a base */
+  else
+    b->tailEma[m] += (tailNs - b->tailEma[m]) / 8;
+}
+
+void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs, double gapNs,
+                      double tailNs, int pap) {
   if (op->call.coll >= PAP_SEL_COLLS) return;
   struct papSelBucket* b = bucketFor(comm, op);
   size_t bytes = papSelectBytes(comm, op);
   const double lambda = 1.0 / 8;
-  if (b->samples == 0) {
+  uint64_t k = ++b->samples;
+  if (k <= PAP_SEL_WARMUP) return;
+  if (k == PAP_SEL_WARMUP + 1) {
     b->skewEma = skewNs;
     b->skew2Ema = skewNs * skewNs;
     b->gapEma = gapNs;
@@ -233,11 +256,12 @@ void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double s
     b->skew2Ema += lambda * (skewNs * skewNs - b->skew2Ema);
     b->gapEma += lambda * (gapNs - b->gapEma);
   }
-  b->samples++;
+  /* Only the selector's own PAP choices count as the PAP mode's cost. */
+  if (pap == b->arrivalPlans) observeTail(b, pap, tailNs);
   int n = comm->nranks;
   /* Decide every PAP_SEL_CHECK samples: the spread estimate needs a few samples, and a
-   * single outlier (the first call after init usually is one) must not flip the mode. */
-  if (n <= 2 || b->samples % PAP_SEL_CHECK != 0) return;
+   * single outlier must not flip the mode. */
+  if (n <= 2 || k % PAP_SEL_CHECK != 0) return;
   struct model m = modelParams();
   double var = b->skew2Ema - b->skewEma * b->skewEma;
   double sigma = var > 0 ? sqrt(var) : 0;
@@ -246,14 +270,28 @@ void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double s
   double g = gain(&m, op->call.coll, (double)bytes, n, q, &best);
   double thresh = 0.05 * best;
   if (thresh < 2 * m.alphaC) thresh = 2 * m.alphaC;
-  int was = b->arrivalPlans;
+  int was = b->arrivalPlans, measured = 0;
   if (!b->arrivalPlans) {
     b->up = g > thresh ? b->up + 1 : 0;
-    if (b->up >= 2) {
+    if (b->up >= 2 && k >= b->probeAfter) {
       b->arrivalPlans = 1;
       b->up = 0;
+      b->tailN[1] = 0; /* measure this try afresh */
+      b->tailEma[1] = 0;
     }
+  } else if (b->tailN[1] >= PAP_SEL_TAIL_MIN && b->tailN[0] >= PAP_SEL_TAIL_MIN &&
+             b->tailEma[1] > 0.95 * b->tailEma[0]) {
+    /* The model predicted a gain the plan does not deliver on this host: back to classic,
+     * and try again later, in case the pattern changes. */
+    b->arrivalPlans = 0;
+    b->down = 0;
+    measured = 1;
+    b->probeWait = b->probeWait ? 2 * b->probeWait : PAP_SEL_PROBE_FIRST;
+    if (b->probeWait > PAP_SEL_PROBE_MAX) b->probeWait = PAP_SEL_PROBE_MAX;
+    b->probeAfter = k + b->probeWait;
   } else {
+    if (b->tailN[1] >= PAP_SEL_TAIL_MIN)
+      b->probeWait = 0; /* it pays: a later retreat retries soon */
     b->down = g < 0 ? b->down + 1 : 0;
     if (b->down >= 4) {
       b->arrivalPlans = 0;
@@ -262,15 +300,23 @@ void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double s
   }
   static const char* const names[PAP_SEL_COLLS] = {"allreduce", "broadcast", "reduce", "allgather",
                                                    "reducescatter"};
-  if (was != b->arrivalPlans && comm->rank == 0)
-    PAP_INFO(PAP_LOG_PAP,
-             "PAP selector: %zu-byte %s on %d ranks -> %s (skew EMA %.1f us, sigma %.1f us, "
-             "modelled gain %.1f us)",
-             bytes, names[op->call.coll], n,
-             !b->arrivalPlans                              ? "classic"
-             : bytes <= (size_t)papParamPapSmallMaxBytes() ? "small"
-                                                           : "ac2s",
-             b->skewEma / 1e3, sigma / 1e3, g / 1e3);
+  if (was != b->arrivalPlans && comm->rank == 0) {
+    const char* to = !b->arrivalPlans                              ? "classic"
+                     : op->call.coll != PAP_COLL_ALLREDUCE         ? "arrival"
+                     : bytes <= (size_t)papParamPapSmallMaxBytes() ? "small"
+                                                                   : "ac2s";
+    if (measured)
+      PAP_INFO(PAP_LOG_PAP,
+               "PAP selector: %zu-byte %s on %d ranks -> classic (measured tail %.1f us with "
+               "arrival plans, %.1f us classic; next try in %u calls)",
+               bytes, names[op->call.coll], n, b->tailEma[1] / 1e3, b->tailEma[0] / 1e3,
+               b->probeWait);
+    else
+      PAP_INFO(PAP_LOG_PAP,
+               "PAP selector: %zu-byte %s on %d ranks -> %s (skew EMA %.1f us, sigma %.1f us, "
+               "modelled gain %.1f us)",
+               bytes, names[op->call.coll], n, to, b->skewEma / 1e3, sigma / 1e3, g / 1e3);
+  }
 }
 
 uint64_t papSelectGapNs(const struct papComm* comm, const struct papOpDesc* op) {

@@ -536,13 +536,15 @@ TEST_F(Pap, SelectorStaysClassicWhenBalanced) {
 }
 
 TEST_F(Pap, SelectorSwitchesToAc2sUnderSustainedSkew) {
-  // Checks every 4 ops, switches on the second positive one: from op 9 on. The selector
+  // The first 4 ops are start-up and feed no estimate; then checks every 4 ops, switching on
+  // the second positive one: from op 13 on (8 PAP ops, the first check that compares their
+  // measured tail with the classic ones is at op 20). The selector
   // judges the skew less its spread; under a sanitizer the 16 MiB calls themselves are slow
   // and vary from call to call (ThreadSanitizer once measured a mean skew of 55 ms for a
   // 30 ms delay, spread so wide that the selector rightly stayed classic), so there the late
   // rank comes 150 ms late, as in StatsDescribeTheLastOp.
   const double lateUs = (PAPT_TSAN || PAPT_ASAN) ? 150000 : 30000;
-  SelResult r = RunSelector(2, lateUs, 16);
+  SelResult r = RunSelector(2, lateUs, 20);
   EXPECT_EQ(papcclPapAlgoAc2s, r.lastAlgo) << "papOps " << r.papOps;
   EXPECT_GE(r.papOps, 6u);
   EXPECT_EQ(2, r.habitual);
