@@ -578,8 +578,11 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   const char* name = op->call.coll == PAP_COLL_ALLREDUCE || op->call.commit.algo == PAP_ALGO_ARRIVAL
                          ? papAlgoName((enum papAlgo)op->call.commit.algo)
                          : "classic";
-  strncpy(st->lastAlgoName, name, sizeof(st->lastAlgoName) - 1);
-  st->lastAlgoName[sizeof(st->lastAlgoName) - 1] = '\0';
+  if (name != ps->lastName) { /* the names are constants: copy only a change */
+    strncpy(st->lastAlgoName, name, sizeof(st->lastAlgoName) - 1);
+    st->lastAlgoName[sizeof(st->lastAlgoName) - 1] = '\0';
+    ps->lastName = name;
+  }
   st->lastEarly = op->call.coll == PAP_COLL_ALLREDUCE || op->call.commit.algo == PAP_ALGO_ARRIVAL
                       ? op->call.commit.nE
                       : n;
@@ -604,11 +607,12 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
     st->lastComplete = readable && readArrivals(comm, a);
     (void)releaseSlot(comm, a);
   }
-  for (int i = 0; i < PAPCCL_PAP_STATS_MAX_RANKS; i++) {
-    st->lastOrder[i] = -1;
-    st->lastLatenessUs[i] = 0;
-  }
-  if (!st->lastComplete) {
+  int nst = n < PAPCCL_PAP_STATS_MAX_RANKS ? n : PAPCCL_PAP_STATS_MAX_RANKS;
+  if (!st->lastComplete) { /* entries past N stay as papArrivalInit set them */
+    for (int i = 0; i < nst; i++) {
+      st->lastOrder[i] = -1;
+      st->lastLatenessUs[i] = 0;
+    }
     st->lastLateRank = -1;
     st->lastSkewUs = st->lastTailUs = 0;
     st->lastTimeInCollUs = (double)(tDone - a->tArr) / 1e3;

@@ -78,6 +78,7 @@ struct papArrivalState {
   double waitEma[PAP_PREDICT_CONTEXTS];
   uint32_t waitSamples[PAP_PREDICT_CONTEXTS];
   uint64_t recentSig[2]; /* signatures of the last two collectives */
+  const char* lastName; /* the name in st.lastAlgoName (a constant string) */
   /* statistics (papcclPapStats) */
   papcclPapStats st;
   double sumSkew, sumTail, sumInColl; /* ns, over complete ops */

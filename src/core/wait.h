@@ -75,6 +75,16 @@ static inline void papCpuRelax(void) {
 #endif
 }
 
+/* Asks for the cache line at p in a writable state ahead of a store (prefetchw; a hint: no
+ * effect on what any thread sees). */
+static inline void papCpuPrefetchWrite(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ __volatile__("prefetchw (%0)" ::"r"(p));
+#else
+  __builtin_prefetch(p, 1, 3);
+#endif
+}
+
 /* One poll's pause: yields the core (yield = 1) or papCpuRelax. */
 void papWaitPoll(const struct papWait* w);
 /* papWaitSpin without the pause, for a poll that drives a device itself (a UCX worker). */

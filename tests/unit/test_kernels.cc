@@ -784,7 +784,7 @@ class ReduceTest : public KernelTest, public ::testing::WithParamInterface<std::
 TEST_P(ReduceTest, MatchesReferenceInEveryLayout) {
   int dt = std::get<0>(GetParam());
   int op = std::get<1>(GetParam());
-  const size_t counts[] = {0, 1, 7, 63, 64, 65, 129, 1000};
+  const size_t counts[] = {0, 1, 7, 15, 16, 63, 64, 65, 129, 1000};  // below 16: the small loop
   const Layout layouts[] = {Layout::kSeparate, Layout::kDstIsA,     Layout::kDstIsB,
                             Layout::kDstIsAB,  Layout::kElemOffset, Layout::kByteOffset};
   uint64_t seed = 1000 * static_cast<uint64_t>(dt) + 10 * static_cast<uint64_t>(op);
