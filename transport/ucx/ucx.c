@@ -92,6 +92,9 @@ struct ucxState {
   uint64_t* board;
   uint64_t boardAddr;
   ucp_rkey_h boardRkey;
+  /* Operand and reply buffers of board atomics that failed while UCX may still hold them
+   * (a timed-out request cannot be cancelled): freed after the worker is gone. */
+  struct ucxAmo* orphans;
 };
 
 /* Something changed for the threads of this rank: bump the bell, and if one sleeps in
@@ -650,6 +653,13 @@ static ucs_status_ptr_t postBoardAtomic(struct ucxState* st, ucp_atomic_op_t op,
   return req;
 }
 
+/* One board atomic's buffers: on the heap, since a request that timed out may still be read
+ * or written by UCX after the call returned. */
+struct ucxAmo {
+  struct ucxAmo* next;
+  uint64_t operand, reply;
+};
+
 static papcclResult_t ucxBoardAtomic(void* state, size_t idx, int op, uint64_t val, uint64_t cmp,
                                      uint64_t* oldOut) {
   struct ucxState* st = (struct ucxState*)state;
@@ -680,9 +690,24 @@ static papcclResult_t ucxBoardAtomic(void* state, size_t idx, int op, uint64_t v
     PAP_WARN("ucx: unknown arrival board operation %d", op);
     return papcclInternalError;
   }
-  ucs_status_ptr_t req = postBoardAtomic(st, uop, &operand, remote, &reply);
-  PAP_CHECK(ucxWaitRequest(st, req, "ucx: an arrival board atomic"));
-  if (oldOut) *oldOut = reply;
+  struct ucxAmo* a = (struct ucxAmo*)malloc(sizeof(*a));
+  if (a == NULL) {
+    PAP_WARN("ucx: out of memory for an arrival board atomic");
+    return papcclSystemError;
+  }
+  a->operand = operand;
+  a->reply = reply;
+  ucs_status_ptr_t req = postBoardAtomic(st, uop, &a->operand, remote, &a->reply);
+  papcclResult_t res = ucxWaitRequest(st, req, "ucx: an arrival board atomic");
+  if (res != papcclSuccess) {
+    pthread_mutex_lock(&st->wlock);
+    a->next = st->orphans;
+    st->orphans = a;
+    pthread_mutex_unlock(&st->wlock);
+    return res;
+  }
+  if (oldOut) *oldOut = a->reply;
+  free(a);
   return papcclSuccess;
 }
 
@@ -792,7 +817,6 @@ static void ucxFinalize(void* state) {
    * force-close of their endpoint below purges them. Then they are freed. */
   for (struct papReq* r = st->reqs; r; r = r->next)
     if (r->ucpReq && r->isRecv) ucp_request_cancel(st->worker, r->ucpReq);
-  if (st->boardRkey) ucp_rkey_destroy(st->boardRkey);
   if (st->conns) {
     for (int p = 0; p < st->nranks; p++)
       if (st->conns[p]) ucxClose(st->conns[p]);
@@ -807,10 +831,18 @@ static void ucxFinalize(void* state) {
     r->ucpReq = NULL;
     reqRelease(r);
   }
+  /* Only now: a board atomic that timed out still uses the key until its endpoint's close
+   * purges it (a crash under a cut link, seen with freed memory perturbed). */
+  if (st->boardRkey) ucp_rkey_destroy(st->boardRkey);
   if (st->boardMem) ucp_mem_unmap(st->ctx, st->boardMem);
   if (st->worker) dropUnexpected(st); /* and what arrived while the endpoints closed */
   if (st->wakeFd >= 0) close(st->wakeFd);
   if (st->worker) ucp_worker_destroy(st->worker);
+  while (st->orphans) {
+    struct ucxAmo* a = st->orphans;
+    st->orphans = a->next;
+    free(a);
+  }
   if (st->ctx) ucp_cleanup(st->ctx);
   pthread_mutex_destroy(&st->reqLock);
   pthread_mutex_destroy(&st->wlock);
