@@ -22,6 +22,7 @@ static size_t parseSize(const char* t) {
 int cmpRun(struct cmpLib* lib, int argc, char** argv) {
   size_t minB = 64 * 1024, maxB = 16 << 20, factor = 16;
   int iters = 10, warmup = 3;
+  double minMs = 0; /* --min-ms: timed calls of a cell last at least this long (estimated) */
   const char* pattern = "balanced";
   struct papPerfArrival arr;
   memset(&arr, 0, sizeof(arr));
@@ -29,6 +30,7 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
   static const struct option longopts[] = {{"arrival", required_argument, 0, 'A'},
                                            {"skew", required_argument, 0, 'S'},
                                            {"sizes", required_argument, 0, 'L'},
+                                           {"min-ms", required_argument, 0, 'M'},
                                            {0, 0, 0, 0}};
   size_t list[64];
   int nlist = 0;
@@ -57,6 +59,9 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     case 'S':
       arr.skewUs = atof(optarg);
       break;
+    case 'M':
+      minMs = atof(optarg);
+      break;
     case 'L': { /* --sizes 8,64K,1M: these sizes instead of -b/-e/-f */
       nlist = 0;
       for (const char* p = optarg; *p && nlist < 64;) {
@@ -75,7 +80,7 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     default:
       fprintf(stderr,
               "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
-              "[--sizes S1,S2,...] [--arrival PATTERN] [--skew USEC]\n",
+              "[--sizes S1,S2,...] [--arrival PATTERN] [--skew USEC] [--min-ms MS]\n",
               argv[0]);
       return 2;
     }
@@ -85,7 +90,7 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     return 2;
   }
   if (minB == (size_t)-1 || maxB == (size_t)-1 || minB < 4 || minB > maxB || factor < 2 ||
-      iters < 1 || warmup < 0) {
+      iters < 1 || warmup < 0 || minMs < 0) {
     fprintf(stderr, "%s: bad -b/-e/-f/-n/-w\n", argv[0]);
     return 2;
   }
@@ -99,9 +104,12 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
   for (int i = 0; i < nlist; i++)
     if (list[i] > maxB) maxB = list[i];
   size_t maxCount = maxB / 4;
+  /* A cell runs at least `iters` timed calls, and more where --min-ms asks for it, up to
+   * 50 times as many. */
+  int maxIters = minMs > 0 ? 50 * iters : iters;
   float* buf = (float*)malloc(maxCount * sizeof(float) + 64);
-  double* st = (double*)malloc(sizeof(double) * 4 * (size_t)iters);
-  double* tmp = (double*)malloc(sizeof(double) * (size_t)iters);
+  double* st = (double*)malloc(sizeof(double) * 4 * (size_t)maxIters);
+  double* tmp = (double*)malloc(sizeof(double) * (size_t)maxIters);
   if (!buf || !st || !tmp) {
     fprintf(stderr, "%s: out of memory\n", argv[0]);
     return 1;
@@ -117,6 +125,7 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     }
     /* Warm-up calls see the same arrival pattern, so an adaptive library (papccl's selector)
      * reaches its steady state before the timed calls. */
+    double w0 = papPerfNow();
     for (int w = 0; w < warmup; w++) {
       for (size_t i = 0; i < count; i++)
         buf[i] = (float)(lib->rank + 1);
@@ -124,9 +133,20 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
       papPerfDelayUs(papPerfArrivalDelayUs(&arr, lib->rank, lib->nranks, call++));
       if (lib->allreduceF32(lib->ctx, buf, count) != 0) return 1;
     }
+    int cellIters = iters;
+    if (minMs > 0 && warmup > 0) {
+      /* From the warm-up's pace (the rank that wants most calls decides, so every rank
+       * runs the same number): short calls need many to leave their start-up transient. */
+      double per = (papPerfNow() - w0) / warmup;
+      double want = per > 0 ? minMs * 1e-3 / per : (double)maxIters;
+      if (want > maxIters) want = maxIters;
+      if (want < iters) want = iters;
+      if (lib->allreduceF64(lib->ctx, &want, 1, 0)) return 1;
+      cellIters = (int)want;
+    }
     int64_t wrong = 0;
     float want = (float)lib->nranks * (float)(lib->nranks + 1) / 2;
-    for (int it = 0; it < iters; it++) {
+    for (int it = 0; it < cellIters; it++) {
       for (size_t i = 0; i < count; i++)
         buf[i] = (float)(lib->rank + 1);
       if (lib->barrier(lib->ctx) != 0) return 1;
@@ -137,11 +157,11 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
       for (size_t i = 0; i < count; i++)
         wrong += buf[i] != want;
       st[it] = t0;
-      st[iters + it] = t0;
-      st[2 * iters + it] = t1;
-      st[3 * iters + it] = t1 - t0;
+      st[cellIters + it] = t0;
+      st[2 * cellIters + it] = t1;
+      st[3 * cellIters + it] = t1 - t0;
     }
-    size_t n = (size_t)iters;
+    size_t n = (size_t)cellIters;
     if (lib->allreduceF64(lib->ctx, st, n, 0) || lib->allreduceF64(lib->ctx, st + n, n, 1) ||
         lib->allreduceF64(lib->ctx, st + 2 * n, n, 0) ||
         lib->allreduceF64(lib->ctx, st + 3 * n, n, 2))

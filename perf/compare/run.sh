@@ -7,6 +7,8 @@
 #
 # Usage: perf/compare/run.sh [--quick]      BUILD=dir (default ./build), OUT=dir (default a
 #   temp dir), NRANKS (rank counts, "4"; e.g. "2 4 8"), ROUNDS (3), ITERS (20), WARMUP (10),
+#   MIN_MS (20: a cell's timed calls last at least this long, up to 50 x ITERS calls: 20
+#   calls of a few microseconds are the start-up transient of every library),
 #   PATTERNS ("balanced:0 late:2000 late:20000 staircase:20000"),
 #   LIBS ("papccl openmpi gloo-ring gloo-halving_doubling"),
 #   SIZES (all_reduce sizes as -b/-e/-f, "-b 64K -e 16M -f 16"; e.g. "-b 8 -e 64M -f 8", or a
@@ -19,12 +21,13 @@ OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/papccl-compare.XXXXXX")}
 NRANKS=${NRANKS:-4}
 ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-20}
+MIN_MS=${MIN_MS:-20}
 WARMUP=${WARMUP:-10}
 PATTERNS=${PATTERNS:-"balanced:0 late:2000 late:20000 staircase:20000"}
 LIBS=${LIBS:-"papccl openmpi gloo-ring gloo-halving_doubling"}
 read -r -a SIZES <<<"${SIZES:--b 64K -e 16M -f 16}"
 if [ "${1:-}" = --quick ]; then
-  ROUNDS=1 ITERS=3 WARMUP=2 PATTERNS="balanced:0 late:2000"
+  ROUNDS=1 ITERS=3 WARMUP=2 MIN_MS=0 PATTERNS="balanced:0 late:2000"
   SIZES=(-b 64K -e 1M -f 16)
 fi
 mkdir -p "$OUT"
@@ -39,7 +42,7 @@ fi
 
 run_lib() { # lib pattern skew round nranks
   local lib=$1 pat=$2 skew=$3 n=$5 log="$OUT/$1-$2-$3-n$5-r$4.log"
-  local args=("${SIZES[@]}" -n "$ITERS" -w "$WARMUP" --arrival "$pat" --skew "$skew")
+  local args=("${SIZES[@]}" -n "$ITERS" -w "$WARMUP" --min-ms "$MIN_MS" --arrival "$pat" --skew "$skew")
   local mpirun=(mpirun "${mpiopts[@]}" -np "$n")
   case $lib in
   papccl) "$BUILD/src/launcher/papcclrun" -n "$n" "$C/papccl_cmp" "${args[@]}" ;;
