@@ -495,6 +495,7 @@ void papArrivalPredict(struct papComm* comm, struct papOpDesc* op, uint64_t sig)
   a->ctx = contextOf(ps, sig);
   double w = ps->waitEma[a->ctx];
   a->due = w >= 1000.0 ? a->tArr + (uint64_t)w : 0; /* 1 us: a wait worth predicting */
+  a->spread = (uint64_t)ps->waitDev[a->ctx];
   ps->recentSig[1] = ps->recentSig[0];
   ps->recentSig[0] = sig;
 }
@@ -628,10 +629,17 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   double skew = (double)(aMax - aMin);
   /* What this rank waited for the last arrival, for the next prediction in this context. */
   double waited = aMax > a->tArr ? (double)(aMax - a->tArr) : 0.0;
-  if (ps->waitSamples[a->ctx]++ == 0)
-    ps->waitEma[a->ctx] = waited; /* the first sample of a context is the best guess */
-  else
-    ps->waitEma[a->ctx] += (waited - ps->waitEma[a->ctx]) / 4;
+  /* The prediction and its mean deviation, as TCP estimates a round trip and its variation:
+   * the first sample of a context is the best guess, half of it the deviation (the first
+   * call after init often waits longer than the steady state); then EMAs of 1/4. */
+  if (ps->waitSamples[a->ctx]++ == 0) {
+    ps->waitEma[a->ctx] = waited;
+    ps->waitDev[a->ctx] = waited / 2;
+  } else {
+    double err = waited - ps->waitEma[a->ctx];
+    ps->waitDev[a->ctx] += (fabs(err) - ps->waitDev[a->ctx]) / 4;
+    ps->waitEma[a->ctx] += err / 4;
+  }
   double tail = tDone > aMax ? (double)(tDone - aMax) : 0.0;
   double inColl = (double)(tDone - a->tArr);
   int lateRank = ps->order[n - 1];

@@ -76,6 +76,7 @@ struct papArrivalState {
    * op's signature and the two collectives before it, hashed), as training repeats the
    * same sequence every step (papArrivalPredict). */
   double waitEma[PAP_PREDICT_CONTEXTS];
+  double waitDev[PAP_PREDICT_CONTEXTS]; /* EMA of |waited - prediction|, ns */
   uint32_t waitSamples[PAP_PREDICT_CONTEXTS];
   uint64_t recentSig[2]; /* signatures of the last two collectives */
   const char* lastName; /* the name in st.lastAlgoName (a constant string) */

@@ -184,7 +184,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
     w.hint = ": a rank never arrived or is dead";
     char what[128];
     int described = 0;
-    papWaitExpect(&w, a->tArr, a->due);
+    papWaitExpect(&w, a->tArr, a->due, a->spread);
     unsigned polls = 0;
     while (left > 0) {
       got = pollPeers(comm, seq, sig, seen);

@@ -28,6 +28,7 @@ struct papArrival {
   uint64_t tPlan; /* CLOCK_MONOTONIC ns: the plan was known (this rank's work could start) */
   int ctx; /* prediction context (papArrivalPredict) */
   uint64_t due; /* CLOCK_MONOTONIC ns: the last arrival as predicted, or 0 */
+  uint64_t spread; /* ns: the prediction's mean deviation */
 };
 
 struct papOpDesc {

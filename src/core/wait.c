@@ -57,10 +57,12 @@ void papWaitProgressed(struct papWait* w, uint64_t now) {
   w->sleepNs = PAP_WAIT_FIRST_SLEEP_NS;
 }
 
-void papWaitExpect(struct papWait* w, uint64_t from, uint64_t at) {
+void papWaitExpect(struct papWait* w, uint64_t from, uint64_t at, uint64_t spreadNs) {
   w->pollFrom = w->pollUntil = 0;
   if (at <= from) return;
   uint64_t lead = (at - from) / 8;
+  if (spreadNs > UINT64_MAX / 2) spreadNs = UINT64_MAX / 2;
+  if (lead < 2 * spreadNs) lead = 2 * spreadNs;
   if (lead < PAP_WAIT_EXPECT_MIN_NS) lead = PAP_WAIT_EXPECT_MIN_NS;
   if (lead > PAP_WAIT_EXPECT_MAX_NS) lead = PAP_WAIT_EXPECT_MAX_NS;
   w->pollFrom = at > lead ? at - lead : 0;

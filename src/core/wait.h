@@ -57,11 +57,12 @@ int papWaitHealthDue(struct papWait* w, uint64_t now);
 void papWaitProgressed(struct papWait* w, uint64_t now);
 
 /* An event is expected at `at` (a peer's arrival, predicted from past ops), `at - from` ns
- * after the wait began: the wait polls in a margin around it (1/8 of the prediction, 0.2 to
- * 2 ms on each side) and its sleeps end where the margin starts, because a wake-up from a
- * sleep can cost more than the whole operation. An event expected soon thus extends the
- * spin budget to the margin's end. No effect when at <= from. */
-void papWaitExpect(struct papWait* w, uint64_t from, uint64_t at);
+ * after the wait began, give or take spreadNs (the prediction's mean deviation): the wait
+ * polls in a margin around it (the larger of 1/8 of the prediction and twice the spread,
+ * 0.2 to 2 ms on each side) and its sleeps end where the margin starts, because a wake-up
+ * from a sleep can cost more than the whole operation. An event expected soon thus extends
+ * the spin budget to the margin's end. No effect when at <= from. */
+void papWaitExpect(struct papWait* w, uint64_t from, uint64_t at, uint64_t spreadNs);
 
 /* Within the spin budget (or the margin of an expected event): one poll's pause
  * (papWaitPoll) and 1 (poll again). Else 0: sleep now. */

@@ -11,11 +11,11 @@ extern "C" {
 #endif
 
 /* A wait begun at `from` (its spin budget spinNs ending at from + spinNs) expecting an event
- * at `at` (papWaitExpect); *pollFrom and *pollUntil get the margin (0, 0: none); spinAt[i]
+ * at `at`, give or take spreadNs (papWaitExpect); *pollFrom and *pollUntil get the margin (0, 0: none); spinAt[i]
  * gets papWaitSpin's answer at times[i] and sliceAt[i] papWaitSlice's for a 100 ms sleep. */
-void papTestWaitExpect(uint64_t spinNs, uint64_t from, uint64_t at, uint64_t* pollFrom,
-                       uint64_t* pollUntil, const uint64_t* times, int ntimes, int* spinAt,
-                       int64_t* sliceAt);
+void papTestWaitExpect(uint64_t spinNs, uint64_t from, uint64_t at, uint64_t spreadNs,
+                       uint64_t* pollFrom, uint64_t* pollUntil, const uint64_t* times, int ntimes,
+                       int* spinAt, int64_t* sliceAt);
 
 #ifdef __cplusplus
 }

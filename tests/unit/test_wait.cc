@@ -20,15 +20,16 @@ struct Answer {
   std::vector<int64_t> slice;
 };
 
-Answer Expect(uint64_t spinNs, uint64_t inNs, const std::vector<uint64_t>& atOffsets) {
+Answer Expect(uint64_t spinNs, uint64_t inNs, const std::vector<uint64_t>& atOffsets,
+              uint64_t spreadNs = 0) {
   Answer a;
   std::vector<uint64_t> times;
   for (uint64_t o : atOffsets)
     times.push_back(kT0 + o);
   a.spin.resize(times.size());
   a.slice.resize(times.size());
-  papTestWaitExpect(spinNs, kT0, kT0 + inNs, &a.from, &a.until, times.data(), (int)times.size(),
-                    a.spin.data(), a.slice.data());
+  papTestWaitExpect(spinNs, kT0, kT0 + inNs, spreadNs, &a.from, &a.until, times.data(),
+                    (int)times.size(), a.spin.data(), a.slice.data());
   return a;
 }
 
@@ -60,6 +61,19 @@ TEST(WaitExpect, MarginIsAnEighthWithinBounds) {
     Answer a = Expect(50 * kUs, c.in, {});
     EXPECT_EQ(kT0 + c.in - c.lead, a.from) << c.in;
     EXPECT_EQ(kT0 + c.in + c.lead, a.until) << c.in;
+  }
+}
+
+TEST(WaitExpect, SpreadWidensTheMargin) {
+  // 2 ms expected, the prediction's deviation 400 us: the margin is twice that (not 1/8 of
+  // 2 ms), and still at most 2 ms; a small spread leaves the eighth.
+  struct {
+    uint64_t spread, lead;
+  } cases[] = {{400 * kUs, 800 * kUs}, {5 * kMs, 2 * kMs}, {10 * kUs, 250 * kUs}};
+  for (auto& c : cases) {
+    Answer a = Expect(50 * kUs, 2 * kMs, {}, c.spread);
+    EXPECT_EQ(kT0 + 2 * kMs - c.lead, a.from) << c.spread;
+    EXPECT_EQ(kT0 + 2 * kMs + c.lead, a.until) << c.spread;
   }
 }
 
