@@ -156,7 +156,8 @@
   } \
   DEFINE_LOOP_STAGED(reduce##Op##_##name##_staged, T, blk##Op##_##name##_st, int) \
   static void reduce##Op##_##name##_any(void* d, const void* a, const void* b, size_t n) { \
-    if (n < PAP_SMALL) { /* both inputs read before any write: every aliasing is fine */ \
+    if (n == 0) { /* nothing to read: the pointers may be NULL */ \
+    } else if (n < PAP_SMALL) { /* both inputs read before any write: any aliasing is fine */ \
       T ta[PAP_SMALL], tb[PAP_SMALL]; \
       memcpy(ta, a, n * sizeof(T)); \
       memcpy(tb, b, n * sizeof(T)); \
