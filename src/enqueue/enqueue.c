@@ -156,7 +156,8 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
   for (int c = 0; c < ncomms; c++)
     w.yield |= comms[c]->oversubscribed;
   /* A lone op may expect its last peer at a predicted time: be polling then. */
-  if (lone != NULL && lone->arr.due) papWaitExpect(&w, lone->arr.tArr, lone->arr.due, lone->arr.spread);
+  if (lone != NULL && lone->arr.due)
+    papWaitExpect(&w, lone->arr.tArr, lone->arr.due, lone->arr.spread);
   w.hint = ": a peer is dead or did not call the same operation";
   unsigned polls = 0;
   int spinFresh = 1; /* the spin budget was restarted by progress and not yet dated */
