@@ -22,7 +22,8 @@ required=(
 )
 # Nice to have; a missing one is reported, never fatal. libgloo-dev: Gloo, for comparison
 # benchmarks (Debian 12 has it; some releases do not). python3-matplotlib: perf/plot.py.
-optional=(libgloo-dev python3-matplotlib)
+# ucx-utils: ucx_perftest, the transport's own limit in scripts/bench-hosts.sh.
+optional=(libgloo-dev python3-matplotlib ucx-utils)
 
 log() { echo "install-deps: $*"; }
 
