@@ -32,9 +32,16 @@ struct Sel {
   }
 };
 
-TEST(Selector, StartUpSamplesDoNotSwitch) {
+// Each test starts with a fresh selector of 4 ranks.
+class Selector : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(nullptr, sel.s.get());
+  }
   Sel sel;
-  ASSERT_NE(nullptr, sel.s.get());
+};
+
+TEST_F(Selector, StartUpSamplesDoNotSwitch) {
   // The first calls after init: 2 ms of skew (page faults, first use of the transport).
   EXPECT_EQ(0, sel.Run(4, 2000, 1500, 1500));
   // Then balanced: the skew estimate starts here, so no switch.
@@ -42,9 +49,7 @@ TEST(Selector, StartUpSamplesDoNotSwitch) {
   EXPECT_EQ(0, sel.mode);
 }
 
-TEST(Selector, SwitchesOnModelledGainAndBackOnMeasuredTail) {
-  Sel sel;
-  ASSERT_NE(nullptr, sel.s.get());
+TEST_F(Selector, SwitchesOnModelledGainAndBackOnMeasuredTail) {
   sel.Run(4, 100, 50, 50);  // start-up
   // 100 us of steady skew: the model gains; checks every 4 calls, the second positive one
   // switches.
@@ -70,9 +75,7 @@ TEST(Selector, SwitchesOnModelledGainAndBackOnMeasuredTail) {
   EXPECT_EQ(1, sel.mode);
 }
 
-TEST(Selector, PapModeThatPaysStaysAndLaterRetreatsRetrySoon) {
-  Sel sel;
-  ASSERT_NE(nullptr, sel.s.get());
+TEST_F(Selector, PapModeThatPaysStaysAndLaterRetreatsRetrySoon) {
   sel.Run(4, 100, 50, 50);
   EXPECT_EQ(12, sel.Run(8, 100, 50, 20));
   EXPECT_EQ(0, sel.Run(40, 100, 50, 20));  // pays: stays
@@ -86,13 +89,11 @@ TEST(Selector, PapModeThatPaysStaysAndLaterRetreatsRetrySoon) {
   EXPECT_EQ(back + 32, sel.Run(40, 100, 50, 400));
 }
 
-TEST(Selector, BalancedArrivalsNeverSwitch) {
-  Sel sel;
-  ASSERT_NE(nullptr, sel.s.get());
+TEST_F(Selector, BalancedArrivalsNeverSwitch) {
   EXPECT_EQ(0, sel.Run(200, 3, 50, 50));
 }
 
-TEST(Selector, TwoRanksNeverSwitch) {
+TEST_F(Selector, TwoRanksNeverSwitch) {  // its own selector, of 2 ranks
   std::unique_ptr<papTestSel, void (*)(papTestSel*)> s{papTestSelNew(2), papTestSelFree};
   ASSERT_NE(nullptr, s.get());
   for (int i = 0; i < 100; i++)
