@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# all_reduce_perf between "hosts" (network namespaces on this machine, scripts/netns-hosts.sh)
-# over UCX, next to the transport's own limit measured in the same run over the same path:
-# ucx_perftest tag latency (8 B) and tag bandwidth (4 MiB) between host 0 and host 1. Then
-# the same all_reduce_perf with one late host (its ranks: --arrival late-k:L --skew US).
+# papccl's allreduce between "hosts" (network namespaces on this machine,
+# scripts/netns-hosts.sh) over UCX, next to Open MPI over TCP in the same namespaces and to
+# the transport's own limit measured in the same run over the same path: ucx_perftest tag
+# latency (8 B) and tag bandwidth (4 MiB) between host 0 and host 1. Both libraries run the
+# one comparison loop (perf/compare/bench_loop.c): balanced, then the last host's ranks late.
 #
 # usage: scripts/bench-hosts.sh [--hosts N] [--per-host L] [--build DIR] [--skew US]
-#                               [--iters N] [--tls LIST] [--out DIR]
+#                               [--iters N] [--sizes LIST] [--tls LIST] [--out DIR]
 #   --hosts N    hosts (default 3)
-#   --per-host L ranks per host (default 1; above 1 the allreduce goes through host leaders
-#                unless PAPCCL_HIER=0 is in the environment)
-#   --build DIR  build directory with perf/all_reduce_perf (default build)
+#   --per-host L ranks per host (default 1; above 1 papccl goes through host leaders
+#                unless PAPCCL_HIER=0 is in the environment; Open MPI stays on TCP)
+#   --build DIR  build directory with perf/compare/papccl_cmp (default build)
 #   --skew US    how late the last host is in the late run (default 5000)
-#   --iters N    timed iterations per size (default 20)
-#   --tls LIST   UCX_TLS for both (default tcp: the namespaces are linked by veth)
+#   --iters N    timed calls per cell, at least (default 20; each cell lasts >= 20 ms)
+#   --sizes LIST allreduce sizes (default 8,64K,1M,4M,16M)
+#   --tls LIST   UCX_TLS for papccl and ucx_perftest (default tcp: the namespaces are
+#                linked by veth)
 #   --out DIR    keep every raw log there (default: a temporary directory, removed)
-# Needs root, iproute2 and ucx_perftest (Debian: ucx-utils). Prints one table.
+# Needs root, iproute2 and ucx_perftest (Debian: ucx-utils); Open MPI's columns need mpirun
+# and perf/compare/mpi_cmp (else they say "-"). Prints one table.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,6 +28,7 @@ perhost=1
 build=build
 skew=5000
 iters=20
+sizes=8,64K,1M,4M,16M
 tls=tcp
 out=""
 while [ $# -gt 0 ]; do
@@ -33,10 +38,11 @@ while [ $# -gt 0 ]; do
   --build) build=$2 && shift 2 ;;
   --skew) skew=$2 && shift 2 ;;
   --iters) iters=$2 && shift 2 ;;
+  --sizes) sizes=$2 && shift 2 ;;
   --tls) tls=$2 && shift 2 ;;
   --out) out=$2 && shift 2 ;;
   -h | --help)
-    sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -55,15 +61,19 @@ done
 }
 nranks=$((hosts * perhost))
 cd "$ROOT"
-perfbin="$build/perf/all_reduce_perf"
-[ -x "$perfbin" ] || {
-  echo "bench-hosts: $perfbin not found (build first)" >&2
+build=$(cd "$build" && pwd)
+pbin="$build/perf/compare/papccl_cmp"
+mbin="$build/perf/compare/mpi_cmp"
+[ -x "$pbin" ] || {
+  echo "bench-hosts: $pbin not found (build first)" >&2
   exit 1
 }
 command -v ucx_perftest >/dev/null || {
   echo "bench-hosts: ucx_perftest not found (apt-get install ucx-utils)" >&2
   exit 1
 }
+havempi=0
+[ -x "$mbin" ] && command -v mpirun >/dev/null && havempi=1
 scripts/netns-hosts.sh check >/dev/null
 
 prefix="pbench$$"
@@ -80,7 +90,6 @@ cleanup() {
 trap cleanup EXIT
 scripts/netns-hosts.sh up "$prefix" "$hosts"
 addr() { echo "10.99.0.$(($1 + 1))"; }
-
 # ucx_perftest TEST SIZE ITERS: the "Final:" line's median latency (us) and bandwidth (MB/s).
 perftest() {
   local test=$1 size=$2 n=$3 log="$out/ucx_perftest_$1.log"
@@ -105,9 +114,9 @@ perftest() {
   awk '/^Final:/ {print $3, $6}' "$log"
 }
 
-# allreduce NAME ARGS...: all_reduce_perf with perhost ranks on each host (ranks
-# h*perhost .. h*perhost+perhost-1 on host h); rank 0's output is kept.
-allreduce() {
+# papccl NAME ARGS...: the comparison loop with perhost ranks on each host (ranks
+# h*perhost .. h*perhost+perhost-1 on host h); rank 0's cells are kept.
+papccl() {
   local name=$1
   shift
   local pids=()
@@ -116,35 +125,102 @@ allreduce() {
     ip netns exec "$prefix-h$h" env PAPCCL_RANK="$r" PAPCCL_NRANKS="$nranks" \
       PAPCCL_LOCAL_RANK=$((r % perhost)) PAPCCL_COMM_ID="$(addr 0):29500" \
       PAPCCL_HOSTID="$prefix-h$h" UCX_TLS="$tls" \
-      timeout 600 "$perfbin" -b 8 -e 64M -f 8 -n "$iters" -w 3 -c 1 "$@" \
-      >"$out/allreduce_${name}_rank$r.log" 2>&1 &
+      timeout 900 "$pbin" --sizes "$sizes" -n "$iters" -w 5 --min-ms 20 "$@" \
+      >"$out/papccl_${name}_rank$r.log" 2>&1 &
     pids+=($!)
   done
   local rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   if [ "$rc" != 0 ]; then
-    echo "bench-hosts: all_reduce_perf ($name) failed; rank 0 said:" >&2
-    tail -20 "$out/allreduce_${name}_rank0.log" >&2
+    echo "bench-hosts: papccl ($name) failed; rank 0 said:" >&2
+    tail -20 "$out/papccl_${name}_rank0.log" >&2
     exit 1
+  fi
+}
+
+# openmpi NAME ARGS...: the same loop under mpirun started on host 0; its daemons reach the
+# other hosts through an agent that enters their namespaces (no ssh). Every namespace has
+# this machine's host name, so Open MPI would take the hosts for one node and pick shared
+# memory between them: only self and tcp are allowed. It also sees one rank per node and
+# would poll without yielding, though the hosts share this machine's CPUs: it yields.
+openmpi() {
+  local name=$1
+  shift
+  [ "$havempi" = 1 ] || return 0
+  local agent="$out/netns-agent.sh"
+  cat >"$agent" <<AGENT
+#!/bin/sh
+# mpirun's launch agent: AGENT [options] HOST COMMAND... runs COMMAND in HOST's namespace.
+while [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1
+shift
+exec ip netns exec "$prefix-h\$((\${host##*.} - 1))" sh -c "\$*"
+AGENT
+  chmod +x "$agent"
+  local hl=""
+  for ((h = 0; h < hosts; h++)); do hl="$hl${hl:+,}$(addr "$h"):$perhost"; done
+  local opts=(--allow-run-as-root --oversubscribe --host "$hl" -np "$nranks" --map-by slot
+    --mca plm_rsh_agent "$agent" --mca btl self,tcp --mca btl_tcp_if_include eth0
+    --mca oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1)
+  if ! ip netns exec "$prefix-h0" timeout 900 mpirun "${opts[@]}" "$mbin" --sizes "$sizes" \
+    -n "$iters" -w 5 --min-ms 20 "$@" >"$out/openmpi_${name}.log" 2>&1; then
+    echo "bench-hosts: Open MPI ($name) failed (its columns say -):" >&2
+    tail -5 "$out/openmpi_${name}.log" >&2
   fi
 }
 
 read -r lat _ < <(perftest tag_lat 8 20000)
 read -r _ bw < <(perftest tag_bw 4194304 200)
-allreduce balanced
-allreduce late --arrival "late-k:$perhost" --skew "$skew"
+late=(--arrival "late-k:$perhost" --skew "$skew")
+papccl balanced --arrival balanced --skew 0
+openmpi balanced --arrival balanced --skew 0
+papccl late "${late[@]}"
+openmpi late "${late[@]}"
 
 echo "# $hosts hosts (network namespaces, veth + bridge), $perhost rank(s) each, UCX_TLS=$tls," \
-  "PAPCCL_HIER=${PAPCCL_HIER:-1}; late run: the last host ($perhost rank(s)) $skew us late"
+  "PAPCCL_HIER=${PAPCCL_HIER:-1}; late: the last host ($perhost rank(s)) $skew us late"
 echo "# ucx_perftest host0->host1: tag_lat 8 B ${lat} us (median one-way), tag_bw 4 MiB ${bw} MB/s"
-echo "# all_reduce_perf float sum, out of place; time = rank 0's median per call (us)"
-printf '%12s %12s %12s %12s %12s %12s\n' bytes time_us busbw_GBs late_time late_tail \
-  busbw/tag_bw
-# Columns of all_reduce_perf: size count type redop root time algbw busbw #wrong ...; the
-# late run adds tail, inColl and skew after each block (see perf/README.md).
-join <(awk '/^ +[0-9]/ {print $1, $6, $8}' "$out/allreduce_balanced_rank0.log") \
-  <(awk '/^ +[0-9]/ {print $1, $6, $10}' "$out/allreduce_late_rank0.log") |
-  awk -v bw="$bw" '{printf "%12s %12s %12s %12s %12s %11.1f%%\n", $1, $2, $3, $4, $5,
-    100 * $3 * 1000 / bw}'
+echo "# float sum allreduce in place, comparison loop: time = median time in the call (us);"
+echo "# tail = median from the last arrival to the last completion (us); Open MPI: btl tcp"
+# cell <lib> <ranks> <pattern:skew> <bytes> <incoll_us> <tail_us> <skew_us> <wrong>
+python3 - "$out" "$nranks" "$bw" <<'PY'
+import glob, os, sys
+out, n, bw = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+cells = {}
+for f in glob.glob(os.path.join(out, "*.log")):
+    base = os.path.basename(f)
+    if not (base.startswith("openmpi_") or base.endswith("_rank0.log")):
+        continue
+    for line in open(f, errors="replace"):
+        p = line.split()
+        if len(p) >= 9 and p[0] == "cell":
+            kind = "late" if p[3].startswith("late") else "balanced"
+            cells[(p[1], kind, int(p[4]))] = (float(p[5]), float(p[6]), int(float(p[8])))
+sizes = sorted({k[2] for k in cells})
+def get(lib, kind, b, i):
+    v = cells.get((lib, kind, b))
+    return None if v is None else v[i]
+def f(v):
+    return "-" if v is None else ("%.0f" % v if v >= 100 else "%.1f" % v)
+def ratio(a, b):
+    return "-" if a is None or b is None or b <= 0 else "%.2f" % (a / b)
+print("%10s %10s %10s %6s %10s %10s %6s %9s %7s" % ("bytes", "papccl_us", "ompi_us", "ratio",
+      "p_tail_us", "o_tail_us", "ratio", "busbw_GBs", "of_tag"))
+wrong = 0
+for b in sizes:
+    pt, ot = get("papccl", "balanced", b, 0), get("openmpi", "balanced", b, 0)
+    pl, ol = get("papccl", "late", b, 1), get("openmpi", "late", b, 1)
+    for lib in ("papccl", "openmpi"):
+        for kind in ("balanced", "late"):
+            w = get(lib, kind, b, 2)
+            wrong += w or 0
+    busbw = 2.0 * (n - 1) / n * b / (pt * 1e3) if pt else None
+    print("%10d %10s %10s %6s %10s %10s %6s %9s %6s%%" % (b, f(pt), f(ot), ratio(pt, ot), f(pl),
+          f(ol), ratio(pl, ol), "-" if busbw is None else "%.3f" % busbw,
+          "-" if busbw is None else "%.0f" % (100 * busbw * 1e3 / bw)))
+if wrong:
+    print("# %d wrong results" % wrong)
+    sys.exit(1)
+PY
 [ "$keep" = 1 ] && echo "# raw logs: $out"
 exit 0

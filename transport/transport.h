@@ -43,6 +43,15 @@ enum papBoardOp {
   PAP_BOARD_CAS /* *oldOut gets the previous value; swapped when it equaled cmp */
 };
 
+/* The home rank's handlers of a message board (homeAttach): serve answers one request from
+ * rank `from`, writing its reply (at most cap bytes) and returning the reply's length; push
+ * takes one message the home sent to this rank. */
+typedef size_t (*papHomeServeFn)(void* arg, int from, const void* req, size_t len, void* reply,
+                                 size_t cap);
+typedef void (*papHomePushFn)(void* arg, const void* msg, size_t len);
+/* Largest request, reply or push of a message board. */
+#define PAP_HOME_MAX_BYTES 65536
+
 struct papConn; /* one per (backend, peer); owned by the backend */
 struct papReq; /* one per posted isend/irecv; owned by the backend */
 
@@ -97,6 +106,9 @@ struct papTransportOps {
   void (*wake)(void* state);
   /* Direct-access staging area of rank r on this host, or NULL (sizeOut gets its bytes). */
   void* (*staging)(void* state, int r, size_t* sizeOut);
+  /* Either boardAtomic (shared or remotely atomic board words) or the home calls (a message
+   * board: the arrival layer's own code runs at the home rank on its local board and sends
+   * the results to the ranks that wait for them). */
   /* One sequentially consistent operation on word idx of the arrival board. */
   papcclResult_t (*boardAtomic)(void* state, size_t idx, int op, uint64_t val, uint64_t cmp,
                                 uint64_t* oldOut);
@@ -104,6 +116,18 @@ struct papTransportOps {
    * (together they are no snapshot), in one round trip where the board is remote. NULL:
    * the engine loads them one by one with boardAtomic. */
   papcclResult_t (*boardRead)(void* state, size_t idx, size_t count, uint64_t* out);
+  /* Message board. homeAttach (every rank, before its first collective; NULL fns detach)
+   * installs the arrival layer's handlers: serve runs at the home rank (rank 0) for each
+   * request, one at a time, and writes at most cap bytes of reply (returns their count);
+   * push runs at a rank for each message the home sent it with homePush. homeCall sends a
+   * request to the home and waits for its reply (bounded by the timeout and abort; on rank 0
+   * it calls serve directly); homeSend sends one that needs no reply; homePush may only be
+   * called from inside serve. Every push and reply rings the receiver's doorbell. */
+  papcclResult_t (*homeAttach)(void* state, papHomeServeFn serve, papHomePushFn push, void* arg);
+  papcclResult_t (*homeCall)(void* state, const void* req, size_t len, void* reply, size_t cap,
+                             size_t* replyLen);
+  papcclResult_t (*homeSend)(void* state, const void* req, size_t len);
+  void (*homePush)(void* state, int peer, const void* msg, size_t len);
   /* Optional: rank r's flat area (ctx->flatBytes, 64-byte aligned), written only by r and
    * read in place by every rank of the host; NULL where peers cannot map each other's
    * memory. Its layout is the arrival layer's business (flat collectives). */

@@ -76,11 +76,104 @@ static inline int genOlder(uint32_t g, uint32_t gen) {
   return g != 0 && d != 0 && d < PAP_GEN_MASK / 2;
 }
 
+/* The message board's requests (to the home) and pushes (from it), docs/PAP-ENGINE.md
+ * section 10. */
+enum {
+  HM_ARRIVE = 1,
+  HM_COMMIT,
+  HM_READ,
+  HM_RELEASE
+};
+struct hmReq {
+  uint32_t kind, slot, gen;
+  int32_t rank;
+  uint64_t a, b; /* ARRIVE: stamp, hmArriveFlags; COMMIT: expected word, new word */
+};
+/* ARRIVE's and COMMIT's reply, then ranks at positions 0.. (ARRIVE: before ours; COMMIT: the
+ * early ranks). READ's reply is the slot's words. */
+struct hmReply {
+  int32_t status; /* enum arrStep (ARRIVE), 1 = committed (COMMIT) */
+  int32_t pos;
+  uint64_t word; /* ARRIVE: the word before ours; COMMIT: the word now */
+  uint64_t ranks[];
+};
+/* ARRIVE's b: decided, and the plan the arriving rank's selector commits at once, if it turns
+ * out to be the first (a plan that waits for no arrival: the decider would commit it right
+ * away; one round trip instead of two). */
+#define HM_DECIDED 1u
+#define HM_PROPOSE 2u
+#define HM_ALGO(b) ((int)(((b) >> 8) & 0x3f))
+enum {
+  HP_WORD = 1,
+  HP_NEXT,
+  HP_COMMIT,
+  HP_FULL
+};
+struct hmPush {
+  uint32_t kind, slot, gen;
+  int32_t pos, rank; /* HP_NEXT: the arrival after the receiver's */
+  uint64_t word;
+  uint64_t data[]; /* HP_COMMIT: early ranks; HP_FULL: the slot */
+};
+
+/* What an arrival does with a slot word w, for both boards. */
+enum arrStep {
+  ARR_JOIN = 0,
+  ARR_TAKE,
+  ARR_WAIT,
+  ARR_ERR_DECIDED,
+  ARR_ERR_COUNT,
+  ARR_ERR_GEN
+};
+static enum arrStep arrivalStep(uint64_t w, uint32_t gen, int decided, int n) {
+  uint32_t g = PAP_W_GEN(w);
+  if (g == gen) {
+    if (PAP_W_DECIDED(w) != decided) return ARR_ERR_DECIDED;
+    if (PAP_W_COUNT(w) >= (uint32_t)n) return ARR_ERR_COUNT;
+    return ARR_JOIN;
+  }
+  return g == 0 || genOlder(g, gen) ? ARR_TAKE : ARR_ERR_GEN;
+}
+/* A slot held by the older generation g, released word rel: may generation gen take it? 2 =
+ * a rank of gen did already, 1 = yes (reset released to gen), 0 = not yet. */
+static int takeOverStep(uint64_t rel, uint32_t g, uint32_t gen, int n) {
+  uint32_t rg = (uint32_t)(rel >> 32), rc = (uint32_t)rel;
+  if (rg == gen) return 2;
+  return (g == 0 && rel == 0) || (rg == g && rc == (uint32_t)n);
+}
+static papcclResult_t arrivalError(const struct papComm* comm, const struct papOpDesc* op,
+                                   enum arrStep e, uint32_t g) {
+  int decided = op->arr.decided;
+  switch (e) {
+  case ARR_ERR_DECIDED:
+    PAP_WARN(
+        "collective #%llu: rank %d %s the arrival commit but another rank does not (the "
+        "same collective was called inside a group on some ranks and alone on others; "
+        "group alike on every rank or set PAPCCL_PAP=0)",
+        (unsigned long long)op->call.seq, comm->rank, decided ? "waits for" : "skips");
+    return papcclInvalidUsage;
+  case ARR_ERR_COUNT:
+    PAP_WARN("collective #%llu: more arrivals than ranks on the board (mismatched calls?)",
+             (unsigned long long)op->call.seq);
+    return papcclInvalidUsage;
+  default:
+    PAP_WARN(
+        "collective #%llu: the arrival slot holds generation %u, expected %u or an older one "
+        "(ranks called different collectives?)",
+        (unsigned long long)op->call.seq, g, op->arr.gen);
+    return papcclInternalError;
+  }
+}
+
 /* Done reading the slot (plan, positions): once all N ranks of a generation released it,
  * the next generation may take the slot over. */
 static papcclResult_t releaseSlot(struct papComm* comm, struct papArrival* a) {
   if (!a->used || a->released) return papcclSuccess;
   a->released = 1;
+  if (comm->arrival->msg) {
+    struct hmReq q = {HM_RELEASE, (uint32_t)a->slot, a->gen, comm->rank, 0, 0};
+    return comm->tops->homeSend(comm->tstate, &q, sizeof(q));
+  }
   return comm->tops->boardAtomic(comm->tstate, IDX_REL(comm->nranks, a->slot), PAP_BOARD_FADD, 1, 0,
                                  NULL);
 }
@@ -95,13 +188,12 @@ static papcclResult_t mayTakeOver(struct papComm* comm, const struct papArrival*
   uint64_t rel = 0;
   *okOut = 0;
   PAP_CHECK(bLoad(comm, ri, &rel));
-  uint32_t rg = (uint32_t)(rel >> 32), rc = (uint32_t)rel;
-  if (rg == a->gen) { /* another rank of our generation reset it already */
+  int t = takeOverStep(rel, g, a->gen, comm->nranks);
+  if (t == 2) { /* another rank of our generation reset it already */
     *okOut = 1;
     return papcclSuccess;
   }
-  int prevDone = (g == 0 && rel == 0) || (rg == g && rc == (uint32_t)comm->nranks);
-  if (!prevDone) return papcclSuccess;
+  if (t == 0) return papcclSuccess;
   int won = 0;
   PAP_CHECK(bCas(comm, ri, rel, (uint64_t)a->gen << 32, &won));
   *okOut = 1; /* won, or lost to a rank of our generation doing the same */
@@ -112,6 +204,173 @@ static inline uint64_t makeWord(uint32_t gen, int algo, int commit, int decided,
                                 uint32_t count) {
   return ((uint64_t)gen << 40) | ((uint64_t)(algo & 0x3f) << 34) | ((uint64_t)(commit & 1) << 33) |
          ((uint64_t)(decided & 1) << 32) | ((uint64_t)(nE & 0xffff) << 16) | (count & 0xffff);
+}
+
+/* ---- The message board ---------------------------------------------------------------
+ * The home rank (rank 0) keeps the board's words in its own memory and runs every request
+ * on them in one piece (the transport serializes serve); the ranks that wait learn what they
+ * wait for from the replies and from the home's pushes, never by polling a remote word. */
+
+static void homePushTo(struct papComm* comm, int peer, uint32_t kind, int slot, uint32_t gen,
+                       int pos, int rank, uint64_t word, const uint64_t* data, size_t words) {
+  uint64_t buf[8 + 2 * 4096 / 8];
+  struct hmPush* p = (struct hmPush*)buf;
+  struct hmPush* big = NULL;
+  size_t bytes = sizeof(*p) + words * sizeof(uint64_t);
+  if (bytes > sizeof(buf)) {
+    big = (struct hmPush*)malloc(bytes);
+    if (big == NULL) {
+      PAP_WARN("arrival board: out of memory for a message to rank %d", peer);
+      return;
+    }
+    p = big;
+  }
+  p->kind = kind;
+  p->slot = (uint32_t)slot;
+  p->gen = gen;
+  p->pos = pos;
+  p->rank = rank;
+  p->word = word;
+  if (words) memcpy(p->data, data, words * sizeof(uint64_t));
+  comm->tops->homePush(comm->tstate, peer, p, bytes);
+  free(big);
+}
+
+/* The rank an entry of rank_at names, or -1. */
+static int entryRank(uint64_t v, uint32_t gen, int n) {
+  int r = (int)(uint32_t)v - 1;
+  return (uint32_t)(v >> 32) == gen && r >= 0 && r < n ? r : -1;
+}
+
+static size_t homeArrive(struct papComm* comm, int from, const struct hmReq* q, struct hmReply* r) {
+  int n = comm->nranks, slot = (int)q->slot;
+  uint64_t* B = comm->arrival->home;
+  uint64_t w = B[IDX_WORD(n, slot)], nw = 0;
+  int decided = (q->b & HM_DECIDED) != 0;
+  enum arrStep e = arrivalStep(w, q->gen, decided, n);
+  if (e == ARR_TAKE) {
+    uint64_t* rel = &B[IDX_REL(n, slot)];
+    int t = takeOverStep(*rel, PAP_W_GEN(w), q->gen, n);
+    if (t == 0) e = ARR_WAIT;
+    if (t == 1) *rel = (uint64_t)q->gen << 32;
+    nw = makeWord(q->gen, 0, 0, decided, 0, 1);
+    if (decided && (q->b & HM_PROPOSE)) nw = makeWord(q->gen, HM_ALGO(q->b), 1, 1, 1, 1);
+  } else if (e == ARR_JOIN) {
+    nw = w + 1;
+  }
+  r->status = (int32_t)e;
+  r->word = w;
+  r->pos = 0;
+  if (e != ARR_JOIN && e != ARR_TAKE) return sizeof(*r);
+  int pos = e == ARR_JOIN ? (int)PAP_W_COUNT(w) : 0;
+  B[IDX_WORD(n, slot)] = nw;
+  B[IDX_TARR(n, slot, from)] = q->a;
+  B[IDX_RANKAT(n, slot, pos)] = ((uint64_t)q->gen << 32) | (uint32_t)(from + 1);
+  r->pos = pos;
+  if (e == ARR_TAKE) r->word = PAP_W_COMMIT(nw) ? nw : 0; /* first: committed at once? */
+  for (int p = 0; p < pos; p++)
+    r->ranks[p] = B[IDX_RANKAT(n, slot, p)];
+  if (decided && pos > 0) {
+    /* The arrival before ours learns its successor (a chain extends to it); the decider,
+     * while it has not committed, the new count. */
+    int pred = entryRank(B[IDX_RANKAT(n, slot, pos - 1)], q->gen, n);
+    int dec = entryRank(B[IDX_RANKAT(n, slot, 0)], q->gen, n);
+    if (pred >= 0 && (!PAP_W_COMMIT(w) || PAP_W_ALGO(w) == PAP_ALGO_CHAIN))
+      homePushTo(comm, pred, HP_NEXT, slot, q->gen, pos, from, nw, NULL, 0);
+    if (!PAP_W_COMMIT(w) && dec >= 0 && dec != pred)
+      homePushTo(comm, dec, HP_WORD, slot, q->gen, 0, 0, nw, NULL, 0);
+  }
+  if (decided && PAP_W_COUNT(nw) == (uint32_t)n) /* every stamp is in: the statistics */
+    for (int p = 0; p < n; p++)
+      homePushTo(comm, p, HP_FULL, slot, q->gen, 0, 0, nw, &B[slotBase(n, slot)], SLOT_WORDS(n));
+  return sizeof(*r) + (size_t)pos * sizeof(uint64_t);
+}
+
+static size_t homeServe(void* arg, int from, const void* req, size_t len, void* reply, size_t cap) {
+  struct papComm* comm = (struct papComm*)arg;
+  int n = comm->nranks;
+  struct hmReq q;
+  if (len < sizeof(q) || cap < sizeof(struct hmReply) + SLOT_WORDS(n) * sizeof(uint64_t)) return 0;
+  memcpy(&q, req, sizeof(q));
+  if (q.slot >= PAP_BOARD_SLOTS || q.rank != from) return 0;
+  uint64_t* B = comm->arrival->home;
+  int slot = (int)q.slot;
+  struct hmReply* r = (struct hmReply*)reply;
+  switch (q.kind) {
+  case HM_ARRIVE:
+    return homeArrive(comm, from, &q, r);
+  case HM_COMMIT: {
+    uint64_t* wp = &B[IDX_WORD(n, slot)];
+    r->status = *wp == q.a;
+    if (r->status) *wp = q.b;
+    r->word = *wp;
+    r->pos = 0;
+    uint32_t nE = PAP_W_COMMIT(*wp) && PAP_W_GEN(*wp) == q.gen ? PAP_W_NE(*wp) : 0;
+    if (nE > (uint32_t)n) nE = 0;
+    for (uint32_t p = 0; p < nE; p++)
+      r->ranks[p] = B[IDX_RANKAT(n, slot, p)];
+    if (r->status) /* the ranks that arrived before the commit wait for it */
+      for (uint32_t p = 1; p < nE; p++) {
+        int rk = entryRank(r->ranks[p], q.gen, n);
+        if (rk >= 0) homePushTo(comm, rk, HP_COMMIT, slot, q.gen, 0, 0, *wp, r->ranks, nE);
+      }
+    return sizeof(*r) + nE * sizeof(uint64_t);
+  }
+  case HM_READ:
+    memcpy(reply, &B[slotBase(n, slot)], SLOT_WORDS(n) * sizeof(uint64_t));
+    return SLOT_WORDS(n) * sizeof(uint64_t);
+  case HM_RELEASE:
+    B[IDX_REL(n, slot)] += 1;
+    return 0;
+  default:
+    return 0;
+  }
+}
+
+/* The mail of slot for generation gen, reset when gen is newer; NULL when gen is older than
+ * what the mail holds (a late push). mailLock held. */
+static struct papMail* mailFor(struct papArrivalState* ps, int slot, uint32_t gen) {
+  struct papMail* m = &ps->mail[slot];
+  if (m->gen == gen) return m;
+  if (m->gen != 0 && !genOlder(m->gen, gen)) return NULL;
+  m->gen = gen;
+  m->word = 0;
+  m->committed = m->hasFull = 0;
+  m->succPos = m->succRank = -1;
+  return m;
+}
+
+static void setOwners(struct papMail* m, const uint64_t* ranks, uint32_t nE, int n) {
+  for (uint32_t p = 0; p < nE && p < (uint32_t)n; p++)
+    m->owners[p] = entryRank(ranks[p], m->gen, n);
+}
+
+static void homePushed(void* arg, const void* msg, size_t len) {
+  struct papComm* comm = (struct papComm*)arg;
+  struct papArrivalState* ps = comm->arrival;
+  int n = comm->nranks;
+  const struct hmPush* p = (const struct hmPush*)msg;
+  if (ps == NULL || len < sizeof(*p) || p->slot >= PAP_BOARD_SLOTS) return;
+  size_t words = (len - sizeof(*p)) / sizeof(uint64_t);
+  pthread_mutex_lock(&ps->mailLock);
+  struct papMail* m = mailFor(ps, (int)p->slot, p->gen);
+  if (m != NULL) {
+    if ((p->kind == HP_WORD || p->kind == HP_NEXT) && !m->committed &&
+        PAP_W_GEN(p->word) == p->gen && PAP_W_COUNT(p->word) > PAP_W_COUNT(m->word))
+      m->word = p->word;
+    if (p->kind == HP_NEXT) {
+      m->succPos = p->pos;
+      m->succRank = p->rank;
+    } else if (p->kind == HP_COMMIT && words >= PAP_W_NE(p->word)) {
+      m->word = p->word;
+      m->committed = 1;
+      setOwners(m, p->data, PAP_W_NE(p->word), n);
+    } else if (p->kind == HP_FULL && words == SLOT_WORDS(n)) {
+      memcpy(m->full, p->data, words * sizeof(uint64_t));
+      m->hasFull = 1;
+    }
+  }
+  pthread_mutex_unlock(&ps->mailLock);
 }
 
 papcclResult_t papArrivalInit(struct papComm* comm) {
@@ -135,6 +394,22 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
   }
   for (int r = 0; r < n; r++)
     ps->ident[r] = r;
+  pthread_mutex_init(&ps->mailLock, NULL);
+  ps->msg = comm->tops->homeCall != NULL && n <= 0xffff &&
+            sizeof(struct hmReply) + SLOT_WORDS(n) * sizeof(uint64_t) <= PAP_HOME_MAX_BYTES;
+  if (ps->msg) {
+    int bad = papCalloc(&ps->reply, PAP_HOME_MAX_BYTES / sizeof(uint64_t)) != papcclSuccess;
+    if (comm->rank == 0 && !bad) bad = papCalloc(&ps->home, papBoardWords(n)) != papcclSuccess;
+    for (int s = 0; s < PAP_BOARD_SLOTS && !bad; s++)
+      bad = papCalloc(&ps->mail[s].owners, (size_t)n) != papcclSuccess ||
+            papCalloc(&ps->mail[s].before, (size_t)n) != papcclSuccess ||
+            papCalloc(&ps->mail[s].full, SLOT_WORDS(n)) != papcclSuccess;
+    if (bad) {
+      comm->arrival = ps;
+      papArrivalFree(comm);
+      return papcclSystemError;
+    }
+  }
   ps->st.nranks = n;
   ps->st.lastLateRank = -1;
   ps->st.habitualLateRank = -1;
@@ -142,12 +417,22 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
     ps->st.lastOrder[i] = -1;
   snprintf(ps->st.lastAlgoName, sizeof(ps->st.lastAlgoName), "none");
   comm->arrival = ps;
+  if (ps->msg) PAP_CHECK(comm->tops->homeAttach(comm->tstate, homeServe, homePushed, comm));
   return papFlatAttach(comm);
 }
 
 void papArrivalFree(struct papComm* comm) {
   struct papArrivalState* ps = comm->arrival;
   if (ps == NULL) return;
+  if (ps->msg && comm->tstate) comm->tops->homeAttach(comm->tstate, NULL, NULL, NULL);
+  for (int s = 0; s < PAP_BOARD_SLOTS; s++) {
+    free(ps->mail[s].owners);
+    free(ps->mail[s].before);
+    free(ps->mail[s].full);
+  }
+  free(ps->home);
+  free(ps->reply);
+  pthread_mutex_destroy(&ps->mailLock);
   free(ps->owners);
   free(ps->ident);
   free(ps->order);
@@ -162,6 +447,73 @@ void papArrivalFree(struct papComm* comm) {
   comm->arrival = NULL;
 }
 
+/* papArrive on a message board: one request; the home does what papArrive's loop does on a
+ * shared board and answers with our position and the ranks before us. */
+static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op, int decided) {
+  struct papArrival* a = &op->arr;
+  struct papArrivalState* ps = comm->arrival;
+  int n = comm->nranks;
+  struct hmReq q = {HM_ARRIVE,  (uint32_t)a->slot, a->gen,
+                    comm->rank, a->tArr,           decided ? HM_DECIDED : 0};
+  if (decided && papSelectForcedAlgo() != PAP_ALGO_CHAIN) {
+    struct papSelChoice ch = papSelect(comm, op);
+    if (!ch.wait && ch.algo > PAP_ALGO_AUTO && ch.algo < 64)
+      q.b |= HM_PROPOSE | ((uint64_t)ch.algo << 8);
+  }
+  struct hmReply* r = (struct hmReply*)ps->reply;
+  struct papWait slotWait;
+  char slotWhat[160];
+  int slotWaiting = 0;
+  for (;;) {
+    size_t len = 0;
+    PAP_CHECK(comm->tops->homeCall(comm->tstate, &q, sizeof(q), r, PAP_HOME_MAX_BYTES, &len));
+    if (len < sizeof(*r) || r->pos < 0 || r->pos >= n ||
+        len < sizeof(*r) + (size_t)r->pos * sizeof(uint64_t)) {
+      PAP_WARN("collective #%llu: rank 0 refused the arrival of rank %d (see its log)",
+               (unsigned long long)op->call.seq, comm->rank);
+      return papcclInternalError;
+    }
+    if (r->status == ARR_JOIN || r->status == ARR_TAKE) break;
+    if (r->status != ARR_WAIT)
+      return arrivalError(comm, op, (enum arrStep)r->status, PAP_W_GEN(r->word));
+    /* As papArrive: a peer has not finished reading the slot's previous collective. */
+    if (!slotWaiting) {
+      arrivalWait(comm, a, "for a peer to finish the collective before in its board slot", slotWhat,
+                  sizeof(slotWhat), &slotWait);
+      slotWait.spinNs = 0;
+      slotWaiting = 1;
+    }
+    PAP_CHECK(papWaitCheck(&slotWait, papNowNs()));
+    papWaitSleep(&slotWait);
+  }
+  a->used = 1;
+  ps->slotCseq[a->slot] = op->call.cseq + 1;
+  a->pos = r->pos;
+  a->oldWord = r->word;
+  uint64_t mine = r->status == ARR_TAKE
+                      ? (r->word ? r->word : makeWord(a->gen, 0, 0, decided, 0, 1))
+                      : r->word + 1;
+  pthread_mutex_lock(&ps->mailLock);
+  struct papMail* m = mailFor(ps, a->slot, a->gen);
+  if (m != NULL) {
+    for (int p = 0; p < a->pos; p++)
+      m->before[p] = entryRank(r->ranks[p], a->gen, n);
+    if (PAP_W_COMMIT(r->word)) { /* committed before we came: the early ranks are before us */
+      m->word = r->word;
+      m->committed = 1;
+      if (a->pos == 0)
+        m->owners[0] = comm->rank; /* our proposal, committed with our arrival */
+      else
+        setOwners(m, r->ranks, PAP_W_NE(r->word), n);
+    } else if (!m->committed && PAP_W_COUNT(mine) > PAP_W_COUNT(m->word)) {
+      m->word = mine;
+    }
+  }
+  pthread_mutex_unlock(&ps->mailLock);
+  if (!decided) PAP_CHECK(releaseSlot(comm, a));
+  return papcclSuccess;
+}
+
 papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided) {
   struct papArrival* a = &op->arr;
   int n = comm->nranks;
@@ -170,11 +522,13 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   if (a->tArr == 0) a->tArr = papNowNs();
   papArrivalPredict(comm, op, papArrivalSignature(&op->call));
   papSelectLocal(comm, op);
-  if (comm->tops->boardAtomic == NULL || n > 0xffff) return papcclSuccess;
+  struct papArrivalState* ps = comm->arrival;
+  if ((comm->tops->boardAtomic == NULL && !ps->msg) || n > 0xffff) return papcclSuccess;
   a->slot = (int)(op->call.cseq % PAP_BOARD_SLOTS);
   a->gen = genOf(op->call.cseq);
   a->released = 0;
   a->tPlan = 0;
+  if (ps->msg) return arriveByMessage(comm, op, decided);
   size_t wi = IDX_WORD(n, a->slot);
   uint64_t w = 0, nw = 0;
   struct papWait slotWait;
@@ -183,22 +537,10 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   for (;;) {
     PAP_CHECK(bLoad(comm, wi, &w));
     uint32_t g = PAP_W_GEN(w);
-    if (g == a->gen) {
-      if (PAP_W_DECIDED(w) != decided) {
-        PAP_WARN(
-            "collective #%llu: rank %d %s the arrival commit but another rank does not (the "
-            "same collective was called inside a group on some ranks and alone on others; "
-            "group alike on every rank or set PAPCCL_PAP=0)",
-            (unsigned long long)op->call.seq, comm->rank, decided ? "waits for" : "skips");
-        return papcclInvalidUsage;
-      }
-      if (PAP_W_COUNT(w) >= (uint32_t)n) {
-        PAP_WARN("collective #%llu: more arrivals than ranks on the board (mismatched calls?)",
-                 (unsigned long long)op->call.seq);
-        return papcclInvalidUsage;
-      }
+    enum arrStep e = arrivalStep(w, a->gen, decided, n);
+    if (e == ARR_JOIN) {
       nw = w + 1;
-    } else if (g == 0 || genOlder(g, a->gen)) {
+    } else if (e == ARR_TAKE) {
       int ok = 0;
       PAP_CHECK(mayTakeOver(comm, a, g, &ok));
       if (!ok) {
@@ -217,11 +559,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
       }
       nw = makeWord(a->gen, 0, 0, decided, 0, 1);
     } else {
-      PAP_WARN(
-          "collective #%llu: the arrival slot holds generation %u, expected %u or an older one "
-          "(ranks called different collectives?)",
-          (unsigned long long)op->call.seq, g, a->gen);
-      return papcclInternalError;
+      return arrivalError(comm, op, e, g);
     }
     int ok = 0;
     PAP_CHECK(bCas(comm, wi, w, nw, &ok));
@@ -289,6 +627,50 @@ static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64
   return papcclSuccess;
 }
 
+/* The slot's word: loaded from a shared board, or what the mail of a message board holds. */
+static papcclResult_t slotWord(struct papComm* comm, const struct papArrival* a, size_t wi,
+                               uint64_t* w, int* hasNext) {
+  struct papArrivalState* ps = comm->arrival;
+  if (!ps->msg) return bLoad(comm, wi, w);
+  pthread_mutex_lock(&ps->mailLock);
+  struct papMail* m = mailFor(ps, a->slot, a->gen);
+  *w = m ? m->word : 0;
+  if (hasNext) *hasNext = m ? m->succRank : -1;
+  pthread_mutex_unlock(&ps->mailLock);
+  return papcclSuccess;
+}
+
+/* The decider's commit: a CAS on the word; on a message board the home does it, sends the
+ * commit to the early ranks and answers with them (into the mail). */
+static papcclResult_t commitCas(struct papComm* comm, const struct papArrival* a, size_t wi,
+                                uint64_t expect, uint64_t desired, int* okOut) {
+  struct papArrivalState* ps = comm->arrival;
+  if (!ps->msg) return bCas(comm, wi, expect, desired, okOut);
+  int n = comm->nranks;
+  struct hmReq q = {HM_COMMIT, (uint32_t)a->slot, a->gen, comm->rank, expect, desired};
+  struct hmReply* r = (struct hmReply*)ps->reply;
+  size_t len = 0;
+  PAP_CHECK(comm->tops->homeCall(comm->tstate, &q, sizeof(q), r, PAP_HOME_MAX_BYTES, &len));
+  uint32_t nE = PAP_W_COMMIT(r->word) ? PAP_W_NE(r->word) : 0;
+  if (len < sizeof(*r) || len < sizeof(*r) + nE * sizeof(uint64_t) || nE > (uint32_t)n) {
+    PAP_WARN("collective #%llu: rank 0 refused the commit (see its log)",
+             (unsigned long long)a->gen);
+    return papcclInternalError;
+  }
+  *okOut = r->status == 1;
+  pthread_mutex_lock(&ps->mailLock);
+  struct papMail* m = mailFor(ps, a->slot, a->gen);
+  if (m != NULL && PAP_W_GEN(r->word) == a->gen) {
+    m->word = r->word;
+    if (nE) {
+      m->committed = 1;
+      setOwners(m, r->ranks, nE, n);
+    }
+  }
+  pthread_mutex_unlock(&ps->mailLock);
+  return papcclSuccess;
+}
+
 /* The decider: choose, wait for arrivals if PAP-aware, commit with one CAS. */
 static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, struct papWait* wt,
                              uint64_t* wordOut) {
@@ -307,7 +689,7 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, struct 
   for (;;) {
     uint32_t tok = comm->tops->waitToken(comm->tstate);
     uint64_t w = 0;
-    papcclResult_t res = bLoad(comm, wi, &w);
+    papcclResult_t res = slotWord(comm, a, wi, &w, NULL);
     if (res != papcclSuccess) {
       comm->tops->wait(comm->tstate, tok, 0);
       return res;
@@ -325,7 +707,7 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, struct 
       PAP_FAULT(PAP_FAULT_COMMIT, comm->rank, (const volatile int*)&comm->abortFlag);
       uint64_t cw = makeWord(a->gen, ch.algo, 1, 1, cnt, cnt);
       int ok = 0;
-      PAP_CHECK(bCas(comm, wi, w, cw, &ok));
+      PAP_CHECK(commitCas(comm, a, wi, w, cw, &ok));
       if (!ok) continue; /* someone arrived in between: decide again */
       *wordOut = cw;
       return papcclSuccess;
@@ -349,15 +731,18 @@ static papcclResult_t awaitCommit(struct papComm* comm, struct papOpDesc* op, st
   size_t wi = IDX_WORD(comm->nranks, a->slot);
   for (;;) {
     uint64_t w = 0;
-    PAP_CHECK(bLoad(comm, wi, &w));
+    PAP_CHECK(slotWord(comm, a, wi, &w, NULL));
     if (PAP_W_GEN(w) == a->gen && PAP_W_COMMIT(w)) {
       *wordOut = w;
       return papcclSuccess;
     }
     uint64_t now = papNowNs();
-    if (papWaitSpin(wt, now)) continue;
+    if (papWaitSpin(wt, now)) {
+      if (comm->arrival->msg) comm->tops->progress(comm->tstate); /* the push comes in there */
+      continue;
+    }
     uint32_t tok = comm->tops->waitToken(comm->tstate);
-    papcclResult_t res = bLoad(comm, wi, &w);
+    papcclResult_t res = slotWord(comm, a, wi, &w, NULL);
     if (res == papcclSuccess && PAP_W_GEN(w) == a->gen && PAP_W_COMMIT(w)) {
       comm->tops->wait(comm->tstate, tok, 0);
       *wordOut = w;
@@ -385,9 +770,10 @@ papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op)
     if (a->pos == 0) {
       PAP_CHECK(decide(comm, op, &wt, &w));
       /* Wake everyone who arrived before the commit (an entry not written yet belongs to a
-       * rank that reads the word after writing it, so it sees the commit anyway). */
+       * rank that reads the word after writing it, so it sees the commit anyway). The home
+       * of a message board sent them the commit already. */
       uint32_t nE = PAP_W_NE(w);
-      if (nE > 1 && nE <= (uint32_t)n) {
+      if (nE > 1 && nE <= (uint32_t)n && !comm->arrival->msg) {
         uint64_t* buf = comm->arrival->slotBuf;
         PAP_CHECK(bRead(comm, IDX_RANKAT(n, a->slot, 1), nE - 1, buf));
         for (uint32_t p = 0; p + 1 < nE; p++)
@@ -407,8 +793,26 @@ papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op)
   op->call.commit.algo = algo;
   op->call.commit.nE = nE;
   op->call.commit.owners = comm->arrival->owners;
-  if (algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET || algo == PAP_ALGO_SMALL ||
-      algo == PAP_ALGO_ARRIVAL) {
+  struct papArrivalState* ps = comm->arrival;
+  if (ps->msg) {
+    pthread_mutex_lock(&ps->mailLock);
+    struct papMail* m = mailFor(ps, a->slot, a->gen);
+    int bad = m == NULL || !m->committed;
+    for (int p = 0; p < nE && !bad; p++)
+      bad = (ps->owners[p] = m->owners[p]) < 0;
+    op->call.commit.pred = -1;
+    if (!bad && algo == PAP_ALGO_CHAIN && a->pos > 0) {
+      op->call.commit.pred = m->before[a->pos - 1];
+      bad = op->call.commit.pred < 0;
+    }
+    pthread_mutex_unlock(&ps->mailLock);
+    if (bad) {
+      PAP_WARN("collective #%llu: the arrival commit reached rank %d incomplete",
+               (unsigned long long)op->call.seq, comm->rank);
+      return papcclInternalError;
+    }
+  } else if (algo == PAP_ALGO_AC2S || algo == PAP_ALGO_AC2S_DET || algo == PAP_ALGO_SMALL ||
+             algo == PAP_ALGO_ARRIVAL) {
     /* All positions in one read; an entry still being written is waited for alone. */
     uint64_t* buf = comm->arrival->slotBuf;
     PAP_CHECK(bRead(comm, IDX_RANKAT(n, a->slot, 0), (size_t)nE, buf));
@@ -421,8 +825,8 @@ papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op)
     }
   }
   op->call.commit.pos = a->pos;
-  op->call.commit.pred = -1;
-  if (algo == PAP_ALGO_CHAIN && a->pos > 0)
+  if (!ps->msg) op->call.commit.pred = -1;
+  if (algo == PAP_ALGO_CHAIN && a->pos > 0 && !ps->msg)
     PAP_CHECK(rankAt(comm, a, a->pos - 1, &op->call.commit.pred, &wt));
   /* The slot is released at completion, after the statistics are read from it
    * (papArrivalComplete): until then rank 0 keeps the board (papArrivalDrainBoard). */
@@ -443,9 +847,22 @@ papcclResult_t papArrivalExtend(struct papComm* comm, int* progressed) {
   }
   const struct papArrival* a = &comm->arrival->chainOp->arr;
   uint64_t v = 0;
-  PAP_CHECK(bLoad(comm, IDX_RANKAT(comm->nranks, a->slot, c->pos + 1), &v));
-  if ((uint32_t)(v >> 32) != a->gen) return papcclSuccess; /* successor not here yet */
-  int succ = (int)(uint32_t)v - 1;
+  int succ = -1;
+  if (comm->arrival->msg) {
+    struct papArrivalState* ps = comm->arrival;
+    pthread_mutex_lock(&ps->mailLock);
+    struct papMail* m = mailFor(ps, a->slot, a->gen);
+    if (m != NULL && m->succPos == c->pos + 1) succ = m->succRank;
+    pthread_mutex_unlock(&ps->mailLock);
+    if (succ < 0) {
+      comm->tops->progress(comm->tstate);
+      return papcclSuccess; /* successor not here yet */
+    }
+  } else {
+    PAP_CHECK(bLoad(comm, IDX_RANKAT(comm->nranks, a->slot, c->pos + 1), &v));
+    if ((uint32_t)(v >> 32) != a->gen) return papcclSuccess; /* successor not here yet */
+    succ = (int)(uint32_t)v - 1;
+  }
   if (succ < 0 || succ >= comm->nranks || succ == comm->rank) {
     PAP_WARN("arrival board: position %d holds rank %d of %d", c->pos + 1, succ, comm->nranks);
     return papcclInternalError;
@@ -509,6 +926,31 @@ static int readArrivals(struct papComm* comm, const struct papArrival* a) {
   int n = comm->nranks;
   uint64_t* buf = ps->slotBuf;
   int filled = 0;
+  if (ps->msg) { /* the home sent the slot after the last arrival; else ask for it */
+    pthread_mutex_lock(&ps->mailLock);
+    struct papMail* m = mailFor(ps, a->slot, a->gen);
+    int have = m != NULL && m->hasFull;
+    if (have) memcpy(buf, m->full, SLOT_WORDS(n) * sizeof(uint64_t));
+    pthread_mutex_unlock(&ps->mailLock);
+    if (!have) {
+      struct hmReq q = {HM_READ, (uint32_t)a->slot, a->gen, comm->rank, 0, 0};
+      size_t len = 0;
+      if (comm->tops->homeCall(comm->tstate, &q, sizeof(q), ps->reply, PAP_HOME_MAX_BYTES, &len) !=
+              papcclSuccess ||
+          len != SLOT_WORDS(n) * sizeof(uint64_t))
+        return 0;
+      memcpy(buf, ps->reply, len);
+    }
+    if (PAP_W_GEN(buf[0]) != a->gen || PAP_W_COUNT(buf[0]) != (uint32_t)n) return 0;
+    for (int p = 0; p < n; p++) {
+      int r = entryRank(buf[2 + p], a->gen, n);
+      if (r < 0) return 0;
+      ps->order[p] = r;
+    }
+    for (int r = 0; r < n; r++)
+      ps->stamps[r] = buf[2 + n + r];
+    return 1;
+  }
   for (int tries = 0; tries < 1000 && !filled; tries++) {
     if (tries) sched_yield();
     if (bRead(comm, IDX_WORD(n, a->slot), SLOT_WORDS(n), buf) != papcclSuccess) return 0;
@@ -723,7 +1165,7 @@ papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats) {
 void papArrivalDrainBoard(struct papComm* comm) {
   int n = comm->nranks;
   if (comm->rank != 0 || n < 2 || n > 0xffff || comm->tstate == NULL ||
-      comm->tops->boardAtomic == NULL || !comm->tops->remoteBoard)
+      (comm->tops->boardAtomic == NULL && !comm->arrival->msg) || !comm->tops->remoteBoard)
     return;
   if (atomic_load_explicit(&comm->asyncError, memory_order_acquire) != papcclSuccess ||
       papAborted(abortFlagOf(comm)))
@@ -739,7 +1181,18 @@ void papArrivalDrainBoard(struct papComm* comm) {
     for (;;) {
       uint32_t tok = comm->tops->waitToken(comm->tstate);
       uint64_t rel = 0;
-      if (bLoad(comm, ri, &rel) != papcclSuccess || rel == want) break;
+      if (comm->arrival->msg) { /* our own board: read it as the home serves it */
+        struct hmReq q = {HM_READ, (uint32_t)s, 0, 0, 0, 0};
+        size_t len = 0;
+        if (comm->tops->homeCall(comm->tstate, &q, sizeof(q), comm->arrival->reply,
+                                 PAP_HOME_MAX_BYTES, &len) != papcclSuccess ||
+            len < 2 * sizeof(uint64_t))
+          break;
+        rel = comm->arrival->reply[1];
+        if (rel == want) break;
+      } else if (bLoad(comm, ri, &rel) != papcclSuccess || rel == want) {
+        break;
+      }
       uint64_t now = papNowNs();
       if (papWaitCheck(&wt, now) != papcclSuccess) {
         PAP_WARN(

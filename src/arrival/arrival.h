@@ -4,6 +4,7 @@
 #ifndef PAPCCL_PAP_PAP_H_
 #define PAPCCL_PAP_PAP_H_
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +54,20 @@ struct papSelBucket {
   uint32_t probeWait; /* samples to wait after the next failed try */
 };
 
+/* What a rank of a message board (docs/PAP-ENGINE.md section 10) knows of one slot: written
+ * by its own arrival's reply and by the home's pushes (any thread, under mailLock). */
+struct papMail {
+  uint32_t gen; /* the generation these entries belong to (0: none) */
+  uint64_t word; /* the latest slot word known */
+  int committed; /* word carries the commit; owners[0..nE) are set */
+  int hasFull; /* full holds the whole slot after the last arrival */
+  int succPos; /* the arrival after ours: position and rank (-1: not known) */
+  int succRank;
+  int32_t* owners; /* [nranks] arrival order of the early ranks */
+  int32_t* before; /* [nranks] ranks at positions before ours */
+  uint64_t* full; /* [2 + 2 nranks] */
+};
+
 /* Per-communicator PAP state; owned by the progress-lock holder. */
 struct papArrivalState {
   int nranks;
@@ -66,6 +81,13 @@ struct papArrivalState {
   uint64_t* slotBuf; /* [2 + 2 nranks]: one slot of the board, read in one go */
   uint64_t* sorted; /* [nranks] */
   uint64_t slotCseq[PAP_BOARD_SLOTS]; /* 1 + the last collective in each slot (0: none) */
+  /* message board (the transport has homeCall): the home's words (rank  0), this rank's
+   * mail per slot, a reply buffer */
+  int msg;
+  uint64_t* home;
+  pthread_mutex_t mailLock;
+  struct papMail mail[PAP_BOARD_SLOTS];
+  uint64_t* reply; /* PAP_HOME_MAX_BYTES */
   /* flat collectives (flat.c) */
   char** flatArea; /* [nranks] each rank's flat area, mapped here */
   size_t flatLine; /* bytes of one line (header + input) */

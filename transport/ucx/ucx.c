@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* UCX transport: one UCP context and worker per communicator rank, tag messages between
- * ranks, the PAP arrival board in rank 0's memory reached with UCX atomics, wake-ups as
- * active messages, sleeping on the worker's event fd.
+ * ranks, the PAP arrival board as a message board (requests to rank 0, replies and pushes
+ * back, all active messages; docs/PAP-ENGINE.md section 10), wake-ups as active messages,
+ * sleeping on the worker's event fd.
  *
  * Per communicator, not per process: a communicator's worker is driven only by the thread
  * that holds its progress lock plus its own progress thread, so workers never contend
@@ -9,10 +10,9 @@
  * because those two threads (and wake() from an aborting thread) may enter it at once.
  *
  * UCX reads its own UCX_* variables (UCX_TLS, UCX_NET_DEVICES, ...) through
- * ucp_config_read. Over transports without hardware atomics (TCP, shared memory) UCX
- * serves the board's atomics in software on rank 0's worker, so rank 0 must progress
- * even when idle: the ops table asks for idle progress and the comm's progress thread
- * provides it. */
+ * ucp_config_read. Rank 0 serves the board's requests in its worker's progress, so it must
+ * progress even when idle: the ops table asks for idle progress and the comm's progress
+ * thread provides it. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -35,6 +35,27 @@
 
 #define UCX_HANDLE_MAGIC 0x7061707563783031ull /* "papucx01" */
 #define UCX_AM_WAKE 7 /* active message id: "something changed for you" */
+#define UCX_AM_HOME_REQ 8 /* a board request to rank 0 (id 0: no reply wanted) */
+#define UCX_AM_HOME_REPLY 9 /* rank 0's reply to the request with that id */
+#define UCX_AM_HOME_PUSH 10 /* a message from rank 0's board to this rank */
+
+/* Header of the board's active messages. */
+struct ucxHomeHdr {
+  uint64_t id; /* the caller's request id (0: none) */
+  int32_t from; /* sender's rank */
+  int32_t status; /* replies: 0 served, 1 the home has no board yet (try again) */
+};
+
+/* A board message queued by a handler: handlers run inside the worker's progress, and the
+ * message goes out right after it (progressOnce), under the same lock. */
+struct ucxOut {
+  struct ucxOut* next;
+  int peer;
+  unsigned amId;
+  struct ucxHomeHdr hdr;
+  size_t len;
+  char data[];
+};
 
 /* Handle swapped through the bootstrap: header, worker address, then (rank 0) the board's
  * packed remote key. */
@@ -87,14 +108,19 @@ struct ucxState {
   pthread_mutex_t wlock;
   struct papReq* reqs; /* outstanding */
   struct papConn** conns; /* [nranks]; conns[rank] is the loopback to ourselves */
-  /* The arrival board: rank 0 maps it; every rank reaches it through conns[0]. */
-  ucp_mem_h boardMem;
-  uint64_t* board;
-  uint64_t boardAddr;
-  ucp_rkey_h boardRkey;
-  /* Operand and reply buffers of board atomics that failed while UCX may still hold them
-   * (a timed-out request cannot be cancelled): freed after the worker is gone. */
-  struct ucxAmo* orphans;
+  /* Message board (homeAttach). Handlers and the call in flight change under wlock. */
+  papHomeServeFn serve;
+  papHomePushFn push;
+  void* homeArg;
+  char* serveBuf; /* serve's reply (PAP_HOME_MAX_BYTES) */
+  pthread_mutex_t callLock; /* one homeCall at a time */
+  uint64_t callSeq;
+  uint64_t callId; /* the call awaiting its reply (0: none) */
+  void* callBuf;
+  size_t callCap, callLen;
+  int callState; /* 0 waiting, 1 replied, 2 the home has no board yet */
+  struct ucxOut* outHead; /* queued by handlers */
+  struct ucxOut** outTail;
 };
 
 /* Something changed for the threads of this rank: bump the bell, and if one sleeps in
@@ -115,9 +141,11 @@ static __thread struct ucxState* pollerOf;
  * signals only new events (edge-triggered): when another thread's pass consumed some, what
  * that pass left behind would go unnoticed until the poller's timeout. So a pass that did
  * work while someone else polls wakes the poller, which drains and re-arms. */
+static void flushOut(struct ucxState* st);
 static unsigned progressOnce(struct ucxState* st) {
   pthread_mutex_lock(&st->wlock);
   unsigned n = ucp_worker_progress(st->worker);
+  if (st->outHead) flushOut(st);
   pthread_mutex_unlock(&st->wlock);
   if (n != 0 && pollerOf != st && atomic_load_explicit(&st->poller, memory_order_seq_cst)) {
     uint64_t one = 1;
@@ -176,6 +204,121 @@ static ucs_status_t amWake(void* arg, const void* header, size_t headerLen, void
   return UCS_OK;
 }
 
+static void outDone(void* req, ucs_status_t status, void* user) {
+  (void)status;
+  free(user);
+  ucp_request_free(req);
+}
+
+/* Sends what handlers queued (wlock held). A message to a peer without a connection, or
+ * one UCX refuses, is dropped: its waiter fails on the peer's death or its timeout. */
+static void flushOut(struct ucxState* st) {
+  while (st->outHead) {
+    struct ucxOut* o = st->outHead;
+    st->outHead = o->next;
+    if (st->outHead == NULL) st->outTail = &st->outHead;
+    struct papConn* c = o->peer >= 0 && o->peer < st->nranks ? st->conns[o->peer] : NULL;
+    if (c == NULL || atomic_load_explicit(&c->dead, memory_order_acquire)) {
+      free(o);
+      continue;
+    }
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    p.cb.send = outDone;
+    p.user_data = o;
+    p.flags = UCP_AM_SEND_FLAG_EAGER; /* handlers see the whole message at once */
+    ucs_status_ptr_t req =
+        ucp_am_send_nbx(c->ep, o->amId, &o->hdr, sizeof(o->hdr), o->data, o->len, &p);
+    if (!UCS_PTR_IS_PTR(req)) free(o); /* done at once, or failed */
+  }
+}
+
+/* Queues one board message (wlock held). */
+static void queueOut(struct ucxState* st, int peer, unsigned amId, uint64_t id, int status,
+                     const void* data, size_t len) {
+  struct ucxOut* o = (struct ucxOut*)malloc(sizeof(*o) + len);
+  if (o == NULL) {
+    PAP_WARN("ucx: out of memory for a board message to rank %d", peer);
+    return;
+  }
+  o->next = NULL;
+  o->peer = peer;
+  o->amId = amId;
+  o->hdr.id = id;
+  o->hdr.from = st->rank;
+  o->hdr.status = status;
+  o->len = len;
+  if (len) memcpy(o->data, data, len);
+  *st->outTail = o;
+  st->outTail = &o->next;
+}
+
+static int homeHdr(const void* header, size_t headerLen, const ucp_am_recv_param_t* param,
+                   struct ucxHomeHdr* h) {
+  if (headerLen != sizeof(*h) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) return -1;
+  memcpy(h, header, sizeof(*h));
+  return 0;
+}
+
+/* At rank 0: one board request (inside the worker's progress, wlock held). */
+static ucs_status_t amHomeReq(void* arg, const void* header, size_t headerLen, void* data,
+                              size_t len, const ucp_am_recv_param_t* param) {
+  struct ucxState* st = (struct ucxState*)arg;
+  struct ucxHomeHdr h;
+  if (homeHdr(header, headerLen, param, &h) != 0 || h.from <= 0 || h.from >= st->nranks ||
+      len > PAP_HOME_MAX_BYTES) {
+    PAP_WARN("ucx: a malformed board request (%zu bytes) was dropped", len);
+    return UCS_OK;
+  }
+  size_t rl = 0;
+  int status = 1;
+  if (st->serve) {
+    rl = st->serve(st->homeArg, h.from, data, len, st->serveBuf, PAP_HOME_MAX_BYTES);
+    status = 0;
+  }
+  if (h.id != 0) queueOut(st, h.from, UCX_AM_HOME_REPLY, h.id, status, st->serveBuf, rl);
+  return UCS_OK;
+}
+
+/* At a caller: the home's reply to its request in flight (or to one that gave up). */
+static ucs_status_t amHomeReply(void* arg, const void* header, size_t headerLen, void* data,
+                                size_t len, const ucp_am_recv_param_t* param) {
+  struct ucxState* st = (struct ucxState*)arg;
+  struct ucxHomeHdr h;
+  if (homeHdr(header, headerLen, param, &h) != 0 || h.id == 0 || h.id != st->callId) return UCS_OK;
+  if (h.status == 0) {
+    memcpy(st->callBuf, data, len < st->callCap ? len : st->callCap);
+    st->callLen = len;
+  }
+  st->callState = h.status == 0 ? 1 : 2;
+  ring(st);
+  return UCS_OK;
+}
+
+static ucs_status_t amHomePush(void* arg, const void* header, size_t headerLen, void* data,
+                               size_t len, const ucp_am_recv_param_t* param) {
+  struct ucxState* st = (struct ucxState*)arg;
+  struct ucxHomeHdr h;
+  if (homeHdr(header, headerLen, param, &h) != 0) return UCS_OK;
+  if (st->push) st->push(st->homeArg, data, len);
+  ring(st);
+  return UCS_OK;
+}
+
+static papcclResult_t setAm(struct ucxState* st, unsigned id, ucp_am_recv_callback_t cb) {
+  ucp_am_handler_param_t ap;
+  memset(&ap, 0, sizeof(ap));
+  ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  ap.id = id;
+  ap.cb = cb;
+  ap.arg = st;
+  ucs_status_t s = ucp_worker_set_am_recv_handler(st->worker, &ap);
+  return s == UCS_OK ? papcclSuccess : ucxFail("ucp_worker_set_am_recv_handler", s);
+}
+
 static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut) {
   struct ucxState* st = NULL;
   PAP_CHECK(papCalloc(&st, 1));
@@ -187,6 +330,8 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
   st->efd = st->wakeFd = -1;
   pthread_mutex_init(&st->reqLock, NULL);
   pthread_mutex_init(&st->wlock, NULL);
+  pthread_mutex_init(&st->callLock, NULL);
+  st->outTail = &st->outHead;
   papcclResult_t res = papcclSuccess;
   ucp_config_t* config = NULL;
   ucs_status_t s = ucp_config_read(NULL, NULL, &config);
@@ -197,8 +342,7 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
   ucp_params_t params;
   memset(&params, 0, sizeof(params));
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features =
-      UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   s = ucp_init(&params, config, &st->ctx);
   ucp_config_release(config);
@@ -235,47 +379,15 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
     res = papcclSystemError;
     goto fail;
   }
-  ucp_am_handler_param_t ap;
-  memset(&ap, 0, sizeof(ap));
-  ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  ap.id = UCX_AM_WAKE;
-  ap.cb = amWake;
-  ap.arg = st;
-  s = ucp_worker_set_am_recv_handler(st->worker, &ap);
-  if (s != UCS_OK) {
-    res = ucxFail("ucp_worker_set_am_recv_handler", s);
+  if ((res = setAm(st, UCX_AM_WAKE, amWake)) != papcclSuccess ||
+      (res = setAm(st, UCX_AM_HOME_REQ, amHomeReq)) != papcclSuccess ||
+      (res = setAm(st, UCX_AM_HOME_REPLY, amHomeReply)) != papcclSuccess ||
+      (res = setAm(st, UCX_AM_HOME_PUSH, amHomePush)) != papcclSuccess)
     goto fail;
-  }
-  if (papCalloc(&st->conns, (size_t)st->nranks) != papcclSuccess) {
+  if (papCalloc(&st->conns, (size_t)st->nranks) != papcclSuccess ||
+      papCalloc(&st->serveBuf, PAP_HOME_MAX_BYTES) != papcclSuccess) {
     res = papcclSystemError;
     goto fail;
-  }
-  if (st->rank == 0) {
-    size_t bytes = st->boardWords * sizeof(uint64_t);
-    ucp_mem_map_params_t mp;
-    memset(&mp, 0, sizeof(mp));
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    mp.address = NULL;
-    mp.length = bytes;
-    mp.flags = UCP_MEM_MAP_ALLOCATE;
-    s = ucp_mem_map(st->ctx, &mp, &st->boardMem);
-    if (s != UCS_OK) {
-      res = ucxFail("ucp_mem_map of the arrival board", s);
-      goto fail;
-    }
-    ucp_mem_attr_t ma;
-    memset(&ma, 0, sizeof(ma));
-    ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
-    s = ucp_mem_query(st->boardMem, &ma);
-    if (s != UCS_OK) {
-      res = ucxFail("ucp_mem_query", s);
-      goto fail;
-    }
-    st->board = (uint64_t*)ma.address;
-    memset(st->board, 0, bytes);
-    st->boardAddr = (uint64_t)(uintptr_t)st->board;
   }
   *stateOut = st;
   return papcclSuccess;
@@ -285,24 +397,15 @@ fail:
   papTransportUcx.finalize(st);
   return res;
 }
-
 static papcclResult_t ucxListen(void* state, void* handleOut) {
   struct ucxState* st = (struct ucxState*)state;
   ucp_address_t* addr = NULL;
   size_t addrLen = 0;
   ucs_status_t s = ucp_worker_get_address(st->worker, &addr, &addrLen);
   if (s != UCS_OK) return ucxFail("ucp_worker_get_address", s);
-  void* rkey = NULL;
-  size_t rkeyLen = 0;
-  if (st->rank == 0) {
-    s = ucp_rkey_pack(st->ctx, st->boardMem, &rkey, &rkeyLen);
-    if (s != UCS_OK) {
-      ucp_worker_release_address(st->worker, addr);
-      return ucxFail("ucp_rkey_pack of the arrival board", s);
-    }
-  }
+  size_t rkeyLen = 0; /* no remote memory: the board is served with messages */
   papcclResult_t res = papcclSuccess;
-  struct ucxHandleHdr h = {UCX_HANDLE_MAGIC, st->boardAddr, (uint32_t)addrLen, (uint32_t)rkeyLen};
+  struct ucxHandleHdr h = {UCX_HANDLE_MAGIC, 0, (uint32_t)addrLen, (uint32_t)rkeyLen};
   if (sizeof(h) + addrLen + rkeyLen > PAP_TRANSPORT_UCX_HANDLE_BYTES) {
     PAP_WARN(
         "ucx: worker address (%zu bytes) and key (%zu) exceed the %d-byte handle; limit "
@@ -313,9 +416,7 @@ static papcclResult_t ucxListen(void* state, void* handleOut) {
     memset(handleOut, 0, PAP_TRANSPORT_UCX_HANDLE_BYTES);
     memcpy(handleOut, &h, sizeof(h));
     memcpy((char*)handleOut + sizeof(h), addr, addrLen);
-    if (rkeyLen) memcpy((char*)handleOut + sizeof(h) + addrLen, rkey, rkeyLen);
   }
-  if (rkey) ucp_rkey_buffer_release(rkey);
   ucp_worker_release_address(st->worker, addr);
   return res;
 }
@@ -368,28 +469,14 @@ static papcclResult_t ucxConnect(void* state, int peer, const void* handle,
     free(c);
     return ucxFail("ucp_ep_create", s);
   }
-  if (peer == 0 && st->boardRkey == NULL) {
-    s = ucp_ep_rkey_unpack(c->ep, h.rkey, &st->boardRkey);
-    if (s != UCS_OK) {
-      ucp_ep_destroy(c->ep);
-      free(c);
-      return ucxFail("ucp_ep_rkey_unpack of the arrival board", s);
-    }
-    st->boardAddr = h.boardAddr;
-  }
   st->conns[peer] = c;
   *connOut = c;
   return papcclSuccess;
 }
 
-/* The engine never connects a rank to itself; the board needs that loopback on rank 0. */
 static papcclResult_t ucxReady(void* state) {
-  struct ucxState* st = (struct ucxState*)state;
-  if (st->rank != 0 || st->conns[0] != NULL) return papcclSuccess;
-  char handle[PAP_TRANSPORT_UCX_HANDLE_BYTES];
-  PAP_CHECK(ucxListen(state, handle));
-  struct papConn* self = NULL;
-  return ucxConnect(state, 0, handle, &self);
+  (void)state;
+  return papcclSuccess;
 }
 
 /* UCX tag: the sender's rank in the top 16 bits, then the engine's tag folded: the
@@ -596,150 +683,134 @@ static void* ucxStaging(void* state, int r, size_t* sizeOut) {
   return NULL; /* no direct access to peers' memory */
 }
 
-/* Completes a UCX request by progressing the worker (bounded by abort and the timeout). */
-static papcclResult_t ucxWaitRequest(struct ucxState* st, ucs_status_ptr_t req, const char* what) {
-  if (req == NULL) return papcclSuccess;
-  if (UCS_PTR_IS_ERR(req)) return ucxFail(what, UCS_PTR_STATUS(req));
-  /* A reply usually comes within a network round trip: poll that long before sleeping (a
-   * wake-up from poll() costs more than the round trip itself). */
+/* Rank 0 serves its own requests in place, under the worker's lock as a handler would. */
+static size_t serveHere(struct ucxState* st, const void* req, size_t len, void* reply, size_t cap,
+                        int* servedOut) {
+  pthread_mutex_lock(&st->wlock);
+  size_t rl = 0;
+  *servedOut = st->serve != NULL;
+  if (st->serve) {
+    rl = st->serve(st->homeArg, 0, req, len, st->serveBuf, PAP_HOME_MAX_BYTES);
+    if (reply) memcpy(reply, st->serveBuf, rl < cap ? rl : cap);
+  }
+  if (st->outHead) flushOut(st);
+  pthread_mutex_unlock(&st->wlock);
+  return rl;
+}
+
+static papcclResult_t ucxHomeAttach(void* state, papHomeServeFn serve, papHomePushFn push,
+                                    void* arg) {
+  struct ucxState* st = (struct ucxState*)state;
+  pthread_mutex_lock(&st->wlock);
+  st->serve = st->rank == 0 ? serve : NULL;
+  st->push = push;
+  st->homeArg = arg;
+  pthread_mutex_unlock(&st->wlock);
+  return papcclSuccess;
+}
+
+static papcclResult_t ucxHomeSend(void* state, const void* req, size_t len) {
+  struct ucxState* st = (struct ucxState*)state;
+  if (len > PAP_HOME_MAX_BYTES) {
+    PAP_WARN("ucx: a board request of %zu bytes exceeds %d", len, PAP_HOME_MAX_BYTES);
+    return papcclInternalError;
+  }
+  if (st->rank == 0) {
+    int served = 0;
+    serveHere(st, req, len, NULL, 0, &served);
+    return papcclSuccess;
+  }
+  pthread_mutex_lock(&st->wlock);
+  queueOut(st, 0, UCX_AM_HOME_REQ, 0, 0, req, len);
+  flushOut(st);
+  pthread_mutex_unlock(&st->wlock);
+  return papcclSuccess;
+}
+
+/* Sends the request and waits for the reply: polls within the spin budget (a reply usually
+ * comes within a network round trip, sooner than a wake-up from poll()), then sleeps on
+ * the doorbell, which the reply rings. A home without a board yet (rank 0 still in init)
+ * answers "try again". */
+static papcclResult_t ucxHomeCall(void* state, const void* req, size_t len, void* reply, size_t cap,
+                                  size_t* replyLen) {
+  struct ucxState* st = (struct ucxState*)state;
+  if (len > PAP_HOME_MAX_BYTES) {
+    PAP_WARN("ucx: a board request of %zu bytes exceeds %d", len, PAP_HOME_MAX_BYTES);
+    return papcclInternalError;
+  }
   struct papWait w;
-  papWaitInit(&w, what, st->abortFlag, 1, st->spinNs > 0 ? (uint64_t)st->spinNs : 0, 0);
+  papWaitInit(&w, "ucx: a request to the arrival board on rank 0", st->abortFlag, 1,
+              st->spinNs > 0 ? (uint64_t)st->spinNs : 0, 0);
   w.abortRes = papcclRemoteError;
-  int spinning = st->spinNs > 0;
-  ucs_status_t s;
-  for (unsigned i = 0;; i++) {
-    uint32_t tok = atomic_load_explicit(&st->bell, memory_order_acquire);
-    pthread_mutex_lock(&st->wlock);
-    s = ucp_request_check_status(req);
-    pthread_mutex_unlock(&st->wlock);
-    if (s != UCS_INPROGRESS) break;
-    if (spinning && ((i & 15) != 15 || papWaitInBudget(&w, papNowNs()))) {
-      progressOnce(st);
-      continue;
+  if (st->rank == 0) {
+    for (;;) {
+      int served = 0;
+      size_t rl = serveHere(st, req, len, reply, cap, &served);
+      if (served) {
+        if (replyLen) *replyLen = rl;
+        return papcclSuccess;
+      }
+      PAP_CHECK(papWaitCheck(&w, papNowNs()));
+      papWaitSleep(&w);
     }
-    spinning = 0;
-    uint64_t now = papNowNs();
-    papcclResult_t res = papWaitCheck(&w, now);
-    if (res != papcclSuccess) {
-      pthread_mutex_lock(&st->wlock);
-      ucp_request_cancel(st->worker, req);
-      ucp_request_free(req);
-      pthread_mutex_unlock(&st->wlock);
-      return res;
-    }
-    ucxWait(st, tok, papWaitSlice(&w, now, 10000000)); /* the reply's callback rings the bell */
   }
-  pthread_mutex_lock(&st->wlock);
-  ucp_request_free(req);
-  pthread_mutex_unlock(&st->wlock);
-  return s == UCS_OK ? papcclSuccess : ucxFail(what, s);
-}
-
-/* Posts one 64-bit atomic on the board word at remote; reply gets the old value. */
-static ucs_status_ptr_t postBoardAtomic(struct ucxState* st, ucp_atomic_op_t op,
-                                        const uint64_t* operand, uint64_t remote, uint64_t* reply) {
-  ucp_request_param_t p;
-  memset(&p, 0, sizeof(p));
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER |
-                   UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.datatype = ucp_dt_make_contig(sizeof(uint64_t));
-  p.cb.send = sentCb;
-  p.user_data = st;
-  p.reply_buffer = reply;
-  pthread_mutex_lock(&st->wlock);
-  ucs_status_ptr_t req =
-      ucp_atomic_op_nbx(st->conns[0]->ep, op, operand, 1, remote, st->boardRkey, &p);
-  pthread_mutex_unlock(&st->wlock);
-  return req;
-}
-
-/* One board atomic's buffers: on the heap, since a request that timed out may still be read
- * or written by UCX after the call returned. */
-struct ucxAmo {
-  struct ucxAmo* next;
-  uint64_t operand, reply;
-};
-
-static papcclResult_t ucxBoardAtomic(void* state, size_t idx, int op, uint64_t val, uint64_t cmp,
-                                     uint64_t* oldOut) {
-  struct ucxState* st = (struct ucxState*)state;
-  if (st->conns[0] == NULL || st->boardRkey == NULL || idx >= st->boardWords) {
-    PAP_WARN("ucx: arrival board word %zu is out of reach", idx);
-    return papcclInternalError;
-  }
-  uint64_t remote = st->boardAddr + idx * sizeof(uint64_t);
-  uint64_t operand = val, reply = 0;
-  ucp_atomic_op_t uop;
-  switch (op) {
-  case PAP_BOARD_LOAD:
-    uop = UCP_ATOMIC_OP_ADD;
-    operand = 0;
-    break;
-  case PAP_BOARD_STORE:
-    uop = UCP_ATOMIC_OP_SWAP;
-    break;
-  case PAP_BOARD_FADD:
-    uop = UCP_ATOMIC_OP_ADD;
-    break;
-  case PAP_BOARD_CAS:
-    uop = UCP_ATOMIC_OP_CSWAP;
-    operand = cmp; /* compared with the word; reply_buffer carries the new value in */
-    reply = val;
-    break;
-  default:
-    PAP_WARN("ucx: unknown arrival board operation %d", op);
-    return papcclInternalError;
-  }
-  struct ucxAmo* a = (struct ucxAmo*)malloc(sizeof(*a));
-  if (a == NULL) {
-    PAP_WARN("ucx: out of memory for an arrival board atomic");
-    return papcclSystemError;
-  }
-  a->operand = operand;
-  a->reply = reply;
-  ucs_status_ptr_t req = postBoardAtomic(st, uop, &a->operand, remote, &a->reply);
-  papcclResult_t res = ucxWaitRequest(st, req, "ucx: an arrival board atomic");
-  if (res != papcclSuccess) {
-    pthread_mutex_lock(&st->wlock);
-    a->next = st->orphans;
-    st->orphans = a;
-    pthread_mutex_unlock(&st->wlock);
-    return res;
-  }
-  if (oldOut) *oldOut = a->reply;
-  free(a);
-  return papcclSuccess;
-}
-
-/* Consecutive board words: fetch-and-add-0 atomics posted together and waited for
- * together, so a read costs about one round trip. (An RMA get would be one message, but
- * UCX serves gets over TCP far slower than atomics: milliseconds here.) */
-static papcclResult_t ucxBoardRead(void* state, size_t idx, size_t count, uint64_t* out) {
-  struct ucxState* st = (struct ucxState*)state;
-  if (st->conns[0] == NULL || st->boardRkey == NULL || idx + count > st->boardWords) {
-    PAP_WARN("ucx: arrival board words %zu..%zu are out of reach", idx, idx + count);
-    return papcclInternalError;
-  }
-  enum {
-    BATCH = 32
-  };
-  ucs_status_ptr_t reqs[BATCH];
-  static const uint64_t zero = 0;
+  pthread_mutex_lock(&st->callLock);
   papcclResult_t res = papcclSuccess;
-  for (size_t base = 0; base < count; base += BATCH) {
-    size_t k = count - base < BATCH ? count - base : BATCH;
-    for (size_t i = 0; i < k; i++)
-      reqs[i] =
-          postBoardAtomic(st, UCP_ATOMIC_OP_ADD, &zero,
-                          st->boardAddr + (idx + base + i) * sizeof(uint64_t), &out[base + i]);
-    /* Every posted request is waited for (and freed), even after a failure. */
-    for (size_t i = 0; i < k; i++) {
-      papcclResult_t r = ucxWaitRequest(st, reqs[i], "ucx: an arrival board read");
-      if (res == papcclSuccess) res = r;
+  for (;;) {
+    pthread_mutex_lock(&st->wlock);
+    uint64_t id = ++st->callSeq;
+    st->callId = id;
+    st->callBuf = reply;
+    st->callCap = cap;
+    st->callLen = 0;
+    st->callState = 0;
+    queueOut(st, 0, UCX_AM_HOME_REQ, id, 0, req, len);
+    flushOut(st);
+    pthread_mutex_unlock(&st->wlock);
+    int spinning = st->spinNs > 0, got = 0;
+    for (unsigned i = 0;; i++) {
+      uint32_t tok = atomic_load_explicit(&st->bell, memory_order_acquire);
+      pthread_mutex_lock(&st->wlock);
+      got = st->callState;
+      pthread_mutex_unlock(&st->wlock);
+      if (got != 0) break;
+      if (st->conns[0] == NULL || atomic_load_explicit(&st->conns[0]->dead, memory_order_acquire)) {
+        PAP_WARN("ucx: rank 0, which holds the arrival board, is unreachable");
+        res = papcclRemoteError;
+        break;
+      }
+      if (spinning && ((i & 15) != 15 || papWaitInBudget(&w, papNowNs()))) {
+        progressOnce(st);
+        continue;
+      }
+      spinning = 0;
+      uint64_t now = papNowNs();
+      if ((res = papWaitCheck(&w, now)) != papcclSuccess) break;
+      ucxWait(st, tok, papWaitSlice(&w, now, 10000000)); /* the reply rings the bell */
     }
-    if (res != papcclSuccess) return res;
+    if (res != papcclSuccess || got == 1) break;
+    /* state 2: rank 0 has no board yet */
+    if ((res = papWaitCheck(&w, papNowNs())) != papcclSuccess) break;
+    papWaitSleep(&w);
   }
-  return papcclSuccess;
+  pthread_mutex_lock(&st->wlock);
+  st->callId = 0; /* a late reply finds nobody */
+  size_t rl = st->callLen;
+  pthread_mutex_unlock(&st->wlock);
+  pthread_mutex_unlock(&st->callLock);
+  if (res == papcclSuccess && replyLen) *replyLen = rl;
+  return res;
+}
+
+/* From inside serve only (wlock held): queued, sent after the handler. */
+static void ucxHomePush(void* state, int peer, const void* msg, size_t len) {
+  struct ucxState* st = (struct ucxState*)state;
+  if (peer == st->rank) {
+    if (st->push) st->push(st->homeArg, msg, len);
+    ring(st);
+    return;
+  }
+  queueOut(st, peer, UCX_AM_HOME_PUSH, 0, 0, msg, len);
 }
 
 static void ucxNotify(void* state, int peer) {
@@ -831,21 +902,19 @@ static void ucxFinalize(void* state) {
     r->ucpReq = NULL;
     reqRelease(r);
   }
-  /* Only now: a board atomic that timed out still uses the key until its endpoint's close
-   * purges it (a crash under a cut link, seen with freed memory perturbed). */
-  if (st->boardRkey) ucp_rkey_destroy(st->boardRkey);
-  if (st->boardMem) ucp_mem_unmap(st->ctx, st->boardMem);
   if (st->worker) dropUnexpected(st); /* and what arrived while the endpoints closed */
   if (st->wakeFd >= 0) close(st->wakeFd);
   if (st->worker) ucp_worker_destroy(st->worker);
-  while (st->orphans) {
-    struct ucxAmo* a = st->orphans;
-    st->orphans = a->next;
-    free(a);
+  while (st->outHead) { /* never sent */
+    struct ucxOut* o = st->outHead;
+    st->outHead = o->next;
+    free(o);
   }
+  free(st->serveBuf);
   if (st->ctx) ucp_cleanup(st->ctx);
   pthread_mutex_destroy(&st->reqLock);
   pthread_mutex_destroy(&st->wlock);
+  pthread_mutex_destroy(&st->callLock);
   free(st);
 }
 
@@ -868,8 +937,10 @@ const struct papTransportOps papTransportUcx = {
     .wait = ucxWait,
     .wake = ucxWake,
     .staging = ucxStaging,
-    .boardAtomic = ucxBoardAtomic,
-    .boardRead = ucxBoardRead,
+    .homeAttach = ucxHomeAttach,
+    .homeCall = ucxHomeCall,
+    .homeSend = ucxHomeSend,
+    .homePush = ucxHomePush,
     .notify = ucxNotify,
     .close = ucxClose,
     .finalize = ucxFinalize,
