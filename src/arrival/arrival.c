@@ -476,15 +476,19 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
     if (r->status == ARR_JOIN || r->status == ARR_TAKE) break;
     if (r->status != ARR_WAIT)
       return arrivalError(comm, op, (enum arrStep)r->status, PAP_W_GEN(r->word));
-    /* As papArrive: a peer has not finished reading the slot's previous collective. */
+    /* As papArrive: a peer has not finished reading the slot's previous collective. Its
+     * release is a message to rank 0: wait in the transport, which serves it there (a plain
+     * sleep on rank 0 would leave it unread, and the slot taken for good). */
     if (!slotWaiting) {
       arrivalWait(comm, a, "for a peer to finish the collective before in its board slot", slotWhat,
                   sizeof(slotWhat), &slotWait);
       slotWait.spinNs = 0;
       slotWaiting = 1;
     }
-    PAP_CHECK(papWaitCheck(&slotWait, papNowNs()));
-    papWaitSleep(&slotWait);
+    uint32_t tok = comm->tops->waitToken(comm->tstate);
+    uint64_t now = papNowNs();
+    PAP_CHECK(papWaitCheck(&slotWait, now));
+    comm->tops->wait(comm->tstate, tok, papWaitSlice(&slotWait, now, 1000000));
   }
   a->used = 1;
   ps->slotCseq[a->slot] = op->call.cseq + 1;

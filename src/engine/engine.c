@@ -431,6 +431,9 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
 papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
   int progressed = 0;
   int end = papEngineScanEnd(e);
+  /* One pass of the transport's background work for the whole window, not one per request
+   * tested: a UCX worker pass polls its sockets with a system call. */
+  if (e->first < end) PAP_CHECK(e->tops->progress(e->tstate));
   for (int i = e->first; i < end; i++) {
     struct papStep* s = &e->steps[i];
     int wasDone = s->state == PAP_STEP_DONE;
