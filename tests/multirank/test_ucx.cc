@@ -334,6 +334,43 @@ TEST_F(Ucx, RootDestroysFirst) {
   ExpectAllSucceeded(out, "root destroys first");
 }
 
+// Rank 0 runs more collectives ahead of the others than the board has slots: it waits for
+// their releases of the slot it needs, which reach it as messages while it waits. (A plain
+// sleep there left them unread: every rank timed out.)
+TEST_F(Ucx, RankZeroRunsAheadOfTheBoard) {
+  const int n = 3;
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  opt.deadlineS = 120;
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", "20");
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, rk.rank);
+        ASSERT_NE(nullptr, rk.comm);
+        // Scatter from rank 0: the root's sends complete without the receivers, so it runs
+        // ahead; the others start 300 ms later.
+        if (rk.rank != 0) usleep(300000);
+        double t0 = NowS();
+        for (int i = 0; i < 12; i++) {
+          std::vector<float> send(3 * 64), recv(64, -1.0f);
+          for (size_t k = 0; k < send.size(); k++)
+            send[k] = (float)(i * 1000 + (int)k);
+          ASSERT_EQ(papcclSuccess, papcclScatter(send.data(), recv.data(), recv.size(),
+                                                 papcclFloat32, 0, rk.comm, nullptr))
+              << "scatter " << i << ": " << papcclGetLastError(rk.comm);
+          EXPECT_EQ((float)(i * 1000 + 64 * rk.rank), recv[0]);
+          EXPECT_EQ((float)(i * 1000 + 64 * rk.rank + 63), recv[63]);
+        }
+        EXPECT_LT(NowS() - t0, 10.0) << "rank " << rk.rank << " waited for a timeout";
+        EXPECT_EQ(papcclSuccess, papcclCommFinalize(rk.comm)) << papcclGetLastError(rk.comm);
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      opt);
+  ExpectAllSucceeded(out, "rank 0 ahead of the board");
+}
+
 // hostOf: the host of each rank; dead: the rank whose process exits.
 void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead) {
   const int n = (int)hostOf.size();
