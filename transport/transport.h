@@ -65,8 +65,8 @@ struct papRecvSink {
 
 struct papTransportOps {
   const char* name;
-  /* Someone must drive the backend even while no operation runs (it serves peers' remote
-   * atomics in software): the comm's progress thread does, sleeping in wait(). */
+  /* The home rank (rank 0) must drive the backend even while no operation runs (it serves
+   * the message board's requests): its comm's progress thread does, sleeping in wait(). */
   int idleProgress;
   /* 1 when peers reach the arrival board only through the home rank's process (network
    * backends): it is gone once rank 0 destroys its comm, so rank 0 waits at destroy until

@@ -338,7 +338,7 @@ papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueI
   if (res == papcclSuccess) res = commSetup(comm);
   if (res == papcclSuccess) {
     atomic_store_explicit(&comm->transportLive, 1, memory_order_release);
-    if (comm->tops->idleProgress) comm->tops->wake(comm->tstate); /* start serving it */
+    if (papCommIdleDriven(comm)) comm->tops->wake(comm->tstate); /* start serving it */
     res = papHierSetup(comm);
   }
   if (res == papcclSuccess) {
@@ -715,7 +715,7 @@ PAPCCL_API papcclResult_t papcclCommSplit(papcclComm_t comm, int color, int key,
     if (res == papcclSuccess) res = commSetup(child);
     if (res == papcclSuccess) {
       atomic_store_explicit(&child->transportLive, 1, memory_order_release);
-      if (child->tops->idleProgress) child->tops->wake(child->tstate);
+      if (papCommIdleDriven(child)) child->tops->wake(child->tstate);
       res = papHierSetup(child);
     }
     papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));

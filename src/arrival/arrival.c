@@ -532,6 +532,9 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   a->gen = genOf(op->call.cseq);
   a->released = 0;
   a->tPlan = 0;
+  /* On a message board, a plan every rank chooses alone needs nothing from it: over a
+   * network its statistics are not read back either (papArrivalComplete). */
+  if (ps->msg && !decided) return papcclSuccess;
   if (ps->msg) return arriveByMessage(comm, op, decided);
   size_t wi = IDX_WORD(n, a->slot);
   uint64_t w = 0, nw = 0;
@@ -796,6 +799,7 @@ papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op)
   }
   op->call.commit.algo = algo;
   op->call.commit.nE = nE;
+  if (comm->arrival->msg) papSelectAgree(comm, op, algo);
   op->call.commit.owners = comm->arrival->owners;
   struct papArrivalState* ps = comm->arrival;
   if (ps->msg) {

@@ -52,6 +52,10 @@ struct papSelBucket {
   uint32_t tailN[2]; /* samples in tailEma (PAP: since the last switch to it) */
   uint64_t probeAfter; /* no switch to PAP before this many samples */
   uint32_t probeWait; /* samples to wait after the next failed try */
+  /* On a message board: calls of this size so far and the plan kind the last commit chose
+   * (1: PAP-aware), the same on every rank; classic calls between probes skip the board. */
+  uint64_t calls;
+  int agreedPap;
 };
 
 /* What a rank of a message board (docs/PAP-ENGINE.md section 10) knows of one slot: written
@@ -118,8 +122,9 @@ papcclResult_t papArrivalInit(struct papComm* comm);
 void papArrivalFree(struct papComm* comm);
 
 /* Arrival of op on the board (stamp, position). decided: whether the plan waits for the
- * decider's commit; every rank computes it alike from the op (papArrivalNeedsCommit). */
-int papArrivalNeedsCommit(const struct papComm* comm, const struct papOpDesc* op, int grouped);
+ * decider's commit; every rank computes it alike from the op and the commits before it
+ * (papArrivalNeedsCommit, called once per collective in call order). */
+int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op, int grouped);
 papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided);
 /* For a decided op: the decider chooses and commits; others wait for it. Fills op->algo,
  * op->nE and comm->arrival->owners. Bounded by PAPCCL_TIMEOUT_S and abort. */
@@ -167,6 +172,9 @@ size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op);
  * bucket; pap: the op ran a PAP plan the selector chose. */
 void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs, double gapNs,
                       double tailNs, int pap);
+/* A commit of op chose algo: on a message board, the plan kind the next calls of its size
+ * agree on (papArrivalNeedsCommit). */
+void papSelectAgree(struct papComm* comm, const struct papOpDesc* op, int algo);
 /* tau_gap for the decider: how long without a new arrival before committing. */
 uint64_t papSelectGapNs(const struct papComm* comm, const struct papOpDesc* op);
 

@@ -152,7 +152,12 @@ void papSelectLocal(const struct papComm* comm, struct papOpDesc* op) {
   op->call.commit.algo = classicAllReduce(bytes);
 }
 
-int papArrivalNeedsCommit(const struct papComm* comm, const struct papOpDesc* op, int grouped) {
+static struct papSelBucket* bucketFor(struct papComm* comm, const struct papOpDesc* op) {
+  int coll = op->call.coll < PAP_SEL_COLLS ? op->call.coll : 0;
+  return &comm->arrival->buckets[coll][bucketOf(papSelectBytes(comm, op))];
+}
+
+int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op, int grouped) {
   if (op->call.coll >= PAP_SEL_COLLS || op->call.count == 0 || comm->nranks < 2 || grouped)
     return 0;
   int det = papParamDeterministic() != 0;
@@ -163,7 +168,21 @@ int papArrivalNeedsCommit(const struct papComm* comm, const struct papOpDesc* op
   if (!papParamPap()) return 0;
   int f = forcedAlgo();
   if (f == PAP_ALGO_RING || f == PAP_ALGO_RHD) return 0;
-  return 1;
+  if (f != PAP_ALGO_AUTO || !comm->arrival->msg) return 1;
+  /* A message board costs a round trip to rank 0 before the plan is known (3 hosts over
+   * TCP: ~150 us on an 8-byte allreduce of ~150). While the last commit of this size chose a
+   * classic plan, only every PAPCCL_PAP_PROBE-th call asks the decider (and measures the
+   * arrivals for the selector); the others plan classic alone, as the decider would. Every
+   * rank counts the same calls and reads the same commits, so all agree. */
+  struct papSelBucket* b = bucketFor(comm, op);
+  uint64_t k = b->calls++;
+  return b->agreedPap || k % (uint64_t)papParamPapProbe() == 0;
+}
+
+void papSelectAgree(struct papComm* comm, const struct papOpDesc* op, int algo) {
+  if (op->call.coll >= PAP_SEL_COLLS) return;
+  bucketFor(comm, op)->agreedPap = algo == PAP_ALGO_AC2S || algo == PAP_ALGO_SMALL ||
+                                   algo == PAP_ALGO_CHAIN || algo == PAP_ALGO_ARRIVAL;
 }
 
 size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op) {
@@ -171,11 +190,6 @@ size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op) {
   if (op->call.coll == PAP_COLL_ALLGATHER || op->call.coll == PAP_COLL_REDUCESCATTER)
     b *= (size_t)comm->nranks;
   return b;
-}
-
-static struct papSelBucket* bucketFor(struct papComm* comm, const struct papOpDesc* op) {
-  int coll = op->call.coll < PAP_SEL_COLLS ? op->call.coll : 0;
-  return &comm->arrival->buckets[coll][bucketOf(papSelectBytes(comm, op))];
 }
 
 struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) {

@@ -128,4 +128,12 @@ static inline void papCommSetError(struct papComm* comm, papcclResult_t res) {
   atomic_compare_exchange_strong(&comm->asyncError, &expected, (int)res);
 }
 
+/* Whether the comm's progress thread drives the transport while no operation runs: the
+ * backend asks for it (ucx: the home rank serves the message board's requests in its
+ * worker's progress), and only the home rank (rank 0) serves. The others' idle workers have
+ * nothing to do until their next operation. */
+static inline int papCommIdleDriven(const struct papComm* c) {
+  return c->tops != NULL && c->tops->idleProgress && c->rank == 0;
+}
+
 #endif /* PAPCCL_COMM_COMM_H_ */

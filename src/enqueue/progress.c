@@ -47,7 +47,7 @@ static void* progressMain(void* arg) {
     }
     if (stop) break;
     if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) &&
-        comm->tops->idleProgress &&
+        papCommIdleDriven(comm) &&
         atomic_load_explicit(&comm->driving, memory_order_seq_cst) == 0) {
       /* The backend serves peers (remote atomics) only while driven: sleep in it. Job
        * submissions wake it too (papProgressSubmit). */
@@ -61,20 +61,19 @@ static void* progressMain(void* arg) {
   return NULL;
 }
 
-/* `driving` only matters to a backend the progress thread sleeps in (idleProgress). */
+/* `driving` only matters where the progress thread sleeps in the backend (papCommIdleDriven). */
 void papProgressUserEnter(struct papComm* comm) {
-  if (comm->tops != NULL && !comm->tops->idleProgress) return;
+  if (comm->tops != NULL && !papCommIdleDriven(comm)) return;
   atomic_fetch_add_explicit(&comm->driving, 1, memory_order_seq_cst);
   /* The progress thread may sleep in the backend as its poller: send it out. */
-  if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && comm->tops->idleProgress)
+  if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && papCommIdleDriven(comm))
     comm->tops->wake(comm->tstate);
 }
 
 void papProgressUserLeave(struct papComm* comm) {
-  if (comm->tops != NULL && !comm->tops->idleProgress) return;
+  if (comm->tops != NULL && !papCommIdleDriven(comm)) return;
   if (atomic_fetch_sub_explicit(&comm->driving, 1, memory_order_seq_cst) != 1) return;
-  if (!atomic_load_explicit(&comm->transportLive, memory_order_acquire) ||
-      !comm->tops->idleProgress)
+  if (!atomic_load_explicit(&comm->transportLive, memory_order_acquire) || !papCommIdleDriven(comm))
     return;
   atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);
   papFutexWakeAll((uint32_t*)&comm->threadBell);
@@ -114,7 +113,7 @@ papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job) {
   pthread_mutex_unlock(&comm->jobLock);
   atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);
   papFutexWakeAll((uint32_t*)&comm->threadBell);
-  if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && comm->tops->idleProgress)
+  if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && papCommIdleDriven(comm))
     comm->tops->wake(comm->tstate);
   return papcclInProgress;
 }
@@ -126,7 +125,7 @@ void papProgressStop(struct papComm* comm) {
   pthread_mutex_unlock(&comm->jobLock);
   atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);
   papFutexWakeAll((uint32_t*)&comm->threadBell);
-  if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && comm->tops->idleProgress)
+  if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && papCommIdleDriven(comm))
     comm->tops->wake(comm->tstate);
   pthread_join(comm->thread, NULL);
   comm->threadStarted = 0;

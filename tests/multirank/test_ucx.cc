@@ -371,6 +371,52 @@ TEST_F(Ucx, RankZeroRunsAheadOfTheBoard) {
   ExpectAllSucceeded(out, "rank 0 ahead of the board");
 }
 
+// Over the network a collective whose size runs classic plans skips the arrival board but
+// every PAPCCL_PAP_PROBE-th call (no round trip to rank 0 for the others), and a sustained
+// straggler still brings the PAP-aware plan through those probes.
+TEST_F(Ucx, ClassicCallsSkipTheBoardBetweenProbes) {
+  const int n = 3;
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  opt.deadlineS = 120;
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", "30");
+  ScopedEnv probe("PAPCCL_PAP_PROBE", "4");
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, rk.rank);
+        ASSERT_NE(nullptr, rk.comm);
+        std::vector<float> b(16384);
+        papcclPapStats st;
+        for (int i = 0; i < 40; i++) {  // balanced
+          std::fill(b.begin(), b.end(), 1.0f + (float)rk.rank);
+          ASSERT_EQ(papcclSuccess, papcclAllReduce(b.data(), b.data(), b.size(), papcclFloat32,
+                                                   papcclSum, rk.comm, nullptr));
+          ASSERT_EQ(6.0f, b[0]);
+          ASSERT_EQ(6.0f, b[b.size() - 1]);
+        }
+        ASSERT_EQ(papcclSuccess, papcclCommGetPapStats(rk.comm, &st));
+        EXPECT_EQ(10u, st.ops) << "40 balanced calls, a probe every 4th: 10 on the board";
+        EXPECT_EQ(0u, st.papOps);
+        std::vector<float> c(16384 * 2);
+        for (int i = 0; i < 160; i++) {  // rank 2 is 3 ms late every time
+          std::fill(c.begin(), c.end(), 1.0f + (float)rk.rank);
+          if (rk.rank == 2) usleep(3000);
+          ASSERT_EQ(papcclSuccess, papcclAllReduce(c.data(), c.data(), c.size(), papcclFloat32,
+                                                   papcclSum, rk.comm, nullptr));
+          ASSERT_EQ(6.0f, c[0]);
+          ASSERT_EQ(6.0f, c[c.size() - 1]);
+        }
+        ASSERT_EQ(papcclSuccess, papcclCommGetPapStats(rk.comm, &st));
+        EXPECT_GT(st.papOps, 0u) << "the selector never chose the PAP-aware plan over UCX";
+        EXPECT_EQ(papcclSuccess, papcclCommFinalize(rk.comm)) << papcclGetLastError(rk.comm);
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      opt);
+  ExpectAllSucceeded(out, "probes");
+}
+
 // hostOf: the host of each rank; dead: the rank whose process exits.
 void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead) {
   const int n = (int)hostOf.size();
