@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Plots of the comparison (perf/compare/run.sh) and of one collective's arrival timeline.
+"""Plots of the comparison (perf/compare/run.sh), of one collective's arrival timeline and of
+the comparison between hosts (scripts/bench-hosts.sh).
 
-  plot.py --cells OUT/cells.tsv [--timeline timeline.txt] [--out DIR]
+  plot.py --cells OUT/cells.tsv [--timeline timeline.txt] [--hosts HOSTS/cells.tsv] [--out DIR]
 
 Writes DIR/busbw.png (bus bandwidth against size per library, balanced arrivals),
 DIR/tail.png (tail after the last arrival against skew, per pattern and library) and, with
---timeline, DIR/timeline.png (ranks as rows: arrival, start of own work, completion)."""
+--timeline, DIR/timeline.png (ranks as rows: arrival, start of own work, completion); with
+--hosts, DIR/hosts.png (time per call, balanced, and tail after the late host's arrival,
+against size, per library)."""
 import argparse
 import os
 import statistics
@@ -120,10 +123,47 @@ def timeline_plot(path, out):
     plt.close()
 
 
+def hosts_plot(path, out):
+    cells = {}
+    n = 0
+    for line in open(path):
+        f = line.rstrip("\n").split("\t")
+        if len(f) < 9:
+            continue
+        _, lib, nr, pat, size, incoll, tail, _, _ = f
+        n = int(nr)
+        kind = "late" if pat.startswith("late") else "balanced"
+        cells.setdefault((lib, kind, int(size)), []).append((float(incoll), float(tail)))
+    if not cells:
+        sys.exit(f"plot.py: no cells in {path}")
+    libs = sorted({k[0] for k in cells}, key=lambda l: (l != "papccl", l))
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2))
+    for ax, kind, idx, ylabel in ((axes[0], "balanced", 0, "time per call (us)"),
+                                  (axes[1], "late", 1, "tail after the last arrival (us)")):
+        for lib in libs:
+            pts = sorted((k[2], statistics.median(x[idx] for x in v)) for k, v in cells.items()
+                         if k[0] == lib and k[1] == kind)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=lib,
+                        linewidth=2.5 if lib == "papccl" else 1.2)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{kind}, {n} ranks on separate hosts" +
+                     (" (one host late)" if kind == "late" else ""))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "hosts.png"), dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells")
     ap.add_argument("--timeline")
+    ap.add_argument("--hosts", help="cells.tsv of scripts/bench-hosts.sh --out DIR")
     ap.add_argument("--out", default=".")
     ap.add_argument("--ranks", type=int, help="rank count to plot (default: the first in the cells)")
     a = ap.parse_args()
@@ -136,6 +176,8 @@ def main():
         tail_plot(cells, n, a.out)
     if a.timeline:
         timeline_plot(a.timeline, a.out)
+    if a.hosts:
+        hosts_plot(a.hosts, a.out)
     print(f"plot.py: wrote the plots to {a.out}")
 
 

@@ -7,7 +7,8 @@
 # one comparison loop (perf/compare/bench_loop.c): balanced, then the last host's ranks late.
 #
 # usage: scripts/bench-hosts.sh [--hosts N] [--per-host L] [--build DIR] [--skew US]
-#                               [--iters N] [--sizes LIST] [--tls LIST] [--out DIR]
+#                               [--iters N] [--sizes LIST] [--rounds R] [--tls LIST]
+#                               [--out DIR]
 #   --hosts N    hosts (default 3)
 #   --per-host L ranks per host (default 1; above 1 papccl goes through host leaders
 #                unless PAPCCL_HIER=0 is in the environment; Open MPI stays on TCP)
@@ -15,9 +16,12 @@
 #   --skew US    how late the last host is in the late run (default 5000)
 #   --iters N    timed calls per cell, at least (default 20; each cell lasts >= 20 ms)
 #   --sizes LIST allreduce sizes (default 8,64K,1M,4M,16M)
+#   --rounds R   repeat everything R times, libraries alternating; the table gives medians
+#                over rounds (default 1)
 #   --tls LIST   UCX_TLS for papccl and ucx_perftest (default tcp: the namespaces are
 #                linked by veth)
-#   --out DIR    keep every raw log there (default: a temporary directory, removed)
+#   --out DIR    keep every raw log there, and cells.tsv (for perf/plot.py --hosts)
+#                (default: a temporary directory, removed)
 # Needs root, iproute2 and ucx_perftest (Debian: ucx-utils); Open MPI's columns need mpirun
 # and perf/compare/mpi_cmp (else they say "-"). Prints one table.
 set -euo pipefail
@@ -29,6 +33,7 @@ build=build
 skew=5000
 iters=20
 sizes=8,64K,1M,4M,16M
+rounds=1
 tls=tcp
 out=""
 while [ $# -gt 0 ]; do
@@ -39,10 +44,11 @@ while [ $# -gt 0 ]; do
   --skew) skew=$2 && shift 2 ;;
   --iters) iters=$2 && shift 2 ;;
   --sizes) sizes=$2 && shift 2 ;;
+  --rounds) rounds=$2 && shift 2 ;;
   --tls) tls=$2 && shift 2 ;;
   --out) out=$2 && shift 2 ;;
   -h | --help)
-    sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,25p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -126,14 +132,14 @@ papccl() {
       PAPCCL_LOCAL_RANK=$((r % perhost)) PAPCCL_COMM_ID="$(addr 0):29500" \
       PAPCCL_HOSTID="$prefix-h$h" UCX_TLS="$tls" \
       timeout 900 "$pbin" --sizes "$sizes" -n "$iters" -w 5 --min-ms 20 "$@" \
-      >"$out/papccl_${name}_rank$r.log" 2>&1 &
+      >"$out/papccl_${name}_r${round}_rank$r.log" 2>&1 &
     pids+=($!)
   done
   local rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   if [ "$rc" != 0 ]; then
     echo "bench-hosts: papccl ($name) failed; rank 0 said:" >&2
-    tail -20 "$out/papccl_${name}_rank0.log" >&2
+    tail -20 "$out/papccl_${name}_r${round}_rank0.log" >&2
     exit 1
   fi
 }
@@ -163,43 +169,55 @@ AGENT
     --mca plm_rsh_agent "$agent" --mca btl self,tcp --mca btl_tcp_if_include eth0
     --mca oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1)
   if ! ip netns exec "$prefix-h0" timeout 900 mpirun "${opts[@]}" "$mbin" --sizes "$sizes" \
-    -n "$iters" -w 5 --min-ms 20 "$@" >"$out/openmpi_${name}.log" 2>&1; then
+    -n "$iters" -w 5 --min-ms 20 "$@" >"$out/openmpi_${name}_r${round}.log" 2>&1; then
     echo "bench-hosts: Open MPI ($name) failed (its columns say -):" >&2
-    tail -5 "$out/openmpi_${name}.log" >&2
+    tail -5 "$out/openmpi_${name}_r${round}.log" >&2
   fi
 }
 
 read -r lat _ < <(perftest tag_lat 8 20000)
 read -r _ bw < <(perftest tag_bw 4194304 200)
 late=(--arrival "late-k:$perhost" --skew "$skew")
-papccl balanced --arrival balanced --skew 0
-openmpi balanced --arrival balanced --skew 0
-papccl late "${late[@]}"
-openmpi late "${late[@]}"
+for ((round = 1; round <= rounds; round++)); do
+  papccl balanced --arrival balanced --skew 0
+  openmpi balanced --arrival balanced --skew 0
+  papccl late "${late[@]}"
+  openmpi late "${late[@]}"
+done
 
 echo "# $hosts hosts (network namespaces, veth + bridge), $perhost rank(s) each, UCX_TLS=$tls," \
   "PAPCCL_HIER=${PAPCCL_HIER:-1}; late: the last host ($perhost rank(s)) $skew us late"
 echo "# ucx_perftest host0->host1: tag_lat 8 B ${lat} us (median one-way), tag_bw 4 MiB ${bw} MB/s"
 echo "# float sum allreduce in place, comparison loop: time = median time in the call (us);"
-echo "# tail = median from the last arrival to the last completion (us); Open MPI: btl tcp"
+echo "# tail = median from the last arrival to the last completion (us); Open MPI: btl tcp;"
+echo "# medians over $rounds round(s)"
 # cell <lib> <ranks> <pattern:skew> <bytes> <incoll_us> <tail_us> <skew_us> <wrong>
 python3 - "$out" "$nranks" "$bw" <<'PY'
 import glob, os, sys
 out, n, bw = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+import re, statistics
 cells = {}
-for f in glob.glob(os.path.join(out, "*.log")):
+tsv = open(os.path.join(out, "cells.tsv"), "w")
+for f in sorted(glob.glob(os.path.join(out, "*.log"))):
     base = os.path.basename(f)
     if not (base.startswith("openmpi_") or base.endswith("_rank0.log")):
         continue
+    m = re.search(r"_r(\d+)", base)
+    rnd = m.group(1) if m else "1"
     for line in open(f, errors="replace"):
         p = line.split()
         if len(p) >= 9 and p[0] == "cell":
             kind = "late" if p[3].startswith("late") else "balanced"
-            cells[(p[1], kind, int(p[4]))] = (float(p[5]), float(p[6]), int(float(p[8])))
+            cells.setdefault((p[1], kind, int(p[4])), []).append(
+                (float(p[5]), float(p[6]), int(float(p[8]))))
+            tsv.write("\t".join([rnd] + p[1:9]) + "\n")
+tsv.close()
 sizes = sorted({k[2] for k in cells})
 def get(lib, kind, b, i):
     v = cells.get((lib, kind, b))
-    return None if v is None else v[i]
+    if v is None:
+        return None
+    return sum(x[2] for x in v) if i == 2 else statistics.median(x[i] for x in v)
 def f(v):
     return "-" if v is None else ("%.0f" % v if v >= 100 else "%.1f" % v)
 def ratio(a, b):

@@ -65,8 +65,9 @@ struct papRecvSink {
 
 struct papTransportOps {
   const char* name;
-  /* The home rank (rank 0) must drive the backend even while no operation runs (it serves
-   * the message board's requests): its comm's progress thread does, sleeping in wait(). */
+  /* Someone must drive the backend even while no operation runs (rank 0 serves the message
+   * board's requests; UCX sends what it buffered only in progress): the comm's progress
+   * thread does, sleeping in wait(). */
   int idleProgress;
   /* 1 when peers reach the arrival board only through the home rank's process (network
    * backends): it is gone once rank 0 destroys its comm, so rank 0 waits at destroy until

@@ -457,8 +457,8 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
                     comm->rank, a->tArr,           decided ? HM_DECIDED : 0};
   if (decided && papSelectForcedAlgo() != PAP_ALGO_CHAIN) {
     struct papSelChoice ch = papSelect(comm, op);
-    if (!ch.wait && ch.algo > PAP_ALGO_AUTO && ch.algo < 64)
-      q.b |= HM_PROPOSE | ((uint64_t)ch.algo << 8);
+    if (!ch.wait && ch.algo > PAP_ALGO_AUTO && ch.algo < PAP_ALGO_COUNT)
+      q.b |= HM_PROPOSE | ((uint64_t)(ch.algo | (ch.watch ? PAP_W_WATCH_BIT : 0)) << 8);
   }
   struct hmReply* r = (struct hmReply*)ps->reply;
   struct papWait slotWait;
@@ -712,7 +712,7 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, struct 
     if (commit) {
       comm->tops->wait(comm->tstate, tok, 0);
       PAP_FAULT(PAP_FAULT_COMMIT, comm->rank, (const volatile int*)&comm->abortFlag);
-      uint64_t cw = makeWord(a->gen, ch.algo, 1, 1, cnt, cnt);
+      uint64_t cw = makeWord(a->gen, ch.algo | (ch.watch ? PAP_W_WATCH_BIT : 0), 1, 1, cnt, cnt);
       int ok = 0;
       PAP_CHECK(commitCas(comm, a, wi, w, cw, &ok));
       if (!ok) continue; /* someone arrived in between: decide again */
@@ -799,7 +799,7 @@ papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op)
   }
   op->call.commit.algo = algo;
   op->call.commit.nE = nE;
-  if (comm->arrival->msg) papSelectAgree(comm, op, algo);
+  if (comm->arrival->msg) papSelectAgree(comm, op, algo, PAP_W_WATCH(w));
   op->call.commit.owners = comm->arrival->owners;
   struct papArrivalState* ps = comm->arrival;
   if (ps->msg) {

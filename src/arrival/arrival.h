@@ -20,12 +20,16 @@ static inline size_t papBoardWords(int nranks) {
   return (size_t)PAP_BOARD_SLOTS * (2 + 2 * (size_t)nranks);
 }
 
-/* Board word: [gen:24 | algo:6 | commit:1 | decided:1 | nE:16 | count:16]. */
+/* Board word: [gen:24 | watch:1 | algo:5 | commit:1 | decided:1 | nE:16 | count:16]; watch:
+ * the decider's selector wants every call of this size measured (message boards). */
 #define PAP_W_COUNT(w) ((uint32_t)((w)&0xffffu))
 #define PAP_W_NE(w) ((uint32_t)(((w) >> 16) & 0xffffu))
 #define PAP_W_DECIDED(w) ((int)(((w) >> 32) & 1u))
 #define PAP_W_COMMIT(w) ((int)(((w) >> 33) & 1u))
-#define PAP_W_ALGO(w) ((int)(((w) >> 34) & 0x3fu))
+#define PAP_W_ALGO(w) ((int)(((w) >> 34) & 0x1fu))
+#define PAP_W_WATCH(w) ((int)(((w) >> 39) & 1u))
+#define PAP_W_WATCH_BIT 0x20 /* in makeWord's algo argument */
+_Static_assert(PAP_ALGO_COUNT <= 32, "the board word holds 5 bits of algorithm");
 #define PAP_W_GEN(w) ((uint32_t)((w) >> 40))
 #define PAP_GEN_MASK 0xffffffu
 
@@ -163,6 +167,7 @@ void papSelectLocal(const struct papComm* comm, struct papOpDesc* op);
 struct papSelChoice {
   int algo; /* enum papAlgo */
   int wait; /* PAP-aware: wait for arrivals before committing */
+  int watch; /* keep measuring every call of this size (a message board's probes) */
 };
 struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op);
 /* The bytes the selector's buckets and model use for op (the whole vector of AllGather and
@@ -172,9 +177,9 @@ size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op);
  * bucket; pap: the op ran a PAP plan the selector chose. */
 void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs, double gapNs,
                       double tailNs, int pap);
-/* A commit of op chose algo: on a message board, the plan kind the next calls of its size
- * agree on (papArrivalNeedsCommit). */
-void papSelectAgree(struct papComm* comm, const struct papOpDesc* op, int algo);
+/* A commit of op chose algo and whether to keep watching: on a message board, whether the
+ * next calls of its size go through the board (papArrivalNeedsCommit). */
+void papSelectAgree(struct papComm* comm, const struct papOpDesc* op, int algo, int watch);
 /* tau_gap for the decider: how long without a new arrival before committing. */
 uint64_t papSelectGapNs(const struct papComm* comm, const struct papOpDesc* op);
 

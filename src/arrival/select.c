@@ -12,6 +12,10 @@
 #include "param.h"
 
 #define PAP_SEL_CHECK 4
+/* A bucket's first samples are start-up: page faults on first touch of the buffers and
+ * transport state set up on first use gave 0.2-2 ms of skew and tail on the 2-core host
+ * (4 ranks, 64 KiB), ten times the steady state; they feed no estimate. */
+#define PAP_SEL_WARMUP 4
 
 static int bucketOf(size_t bytes) {
   int b = 0;
@@ -171,17 +175,18 @@ int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op, int 
   if (f != PAP_ALGO_AUTO || !comm->arrival->msg) return 1;
   /* A message board costs a round trip to rank 0 before the plan is known (3 hosts over
    * TCP: ~150 us on an 8-byte allreduce of ~150). While the last commit of this size chose a
-   * classic plan, only every PAPCCL_PAP_PROBE-th call asks the decider (and measures the
-   * arrivals for the selector); the others plan classic alone, as the decider would. Every
-   * rank counts the same calls and reads the same commits, so all agree. */
+   * classic plan and did not ask to keep watching, only every PAPCCL_PAP_PROBE-th call asks
+   * the decider (and measures the arrivals for the selector); the others plan classic alone,
+   * as the decider would. Every rank counts the same calls and reads the same commits, so
+   * all agree. */
   struct papSelBucket* b = bucketFor(comm, op);
   uint64_t k = b->calls++;
   return b->agreedPap || k % (uint64_t)papParamPapProbe() == 0;
 }
 
-void papSelectAgree(struct papComm* comm, const struct papOpDesc* op, int algo) {
+void papSelectAgree(struct papComm* comm, const struct papOpDesc* op, int algo, int watch) {
   if (op->call.coll >= PAP_SEL_COLLS) return;
-  bucketFor(comm, op)->agreedPap = algo == PAP_ALGO_AC2S || algo == PAP_ALGO_SMALL ||
+  bucketFor(comm, op)->agreedPap = watch || algo == PAP_ALGO_AC2S || algo == PAP_ALGO_SMALL ||
                                    algo == PAP_ALGO_CHAIN || algo == PAP_ALGO_ARRIVAL;
 }
 
@@ -195,6 +200,10 @@ size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op) {
 struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) {
   struct papSelChoice c;
   size_t bytes = papSelectBytes(comm, op);
+  /* Keep every call of this size measured (on a message board, papArrivalNeedsCommit) while
+   * the bucket is young: a size that starts with a straggler switches within its first
+   * dozen calls instead of a dozen probes. */
+  c.watch = bucketFor(comm, op)->samples < PAP_SEL_WARMUP + 2 * PAP_SEL_CHECK;
   int forced = forcedAlgo();
   int pap = forced == PAP_ALGO_AC2S || forced == PAP_ALGO_SMALL || forced == PAP_ALGO_CHAIN ||
             forced == PAP_ALGO_ARRIVAL;
@@ -232,10 +241,6 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) 
   return c;
 }
 
-/* A bucket's first samples are start-up: page faults on first touch of the buffers and
- * transport state set up on first use gave 0.2-2 ms of skew and tail on the 2-core host
- * (4 ranks, 64 KiB), ten times the steady state; they feed no estimate. */
-#define PAP_SEL_WARMUP 4
 /* Samples of a mode's measured tail before it is compared, the first one after a switch
  * left out (the plan's first use); the wait before the first retry of a PAP mode that
  * measured no better than classic, in samples, doubling after each failed try up to the

@@ -129,11 +129,12 @@ static inline void papCommSetError(struct papComm* comm, papcclResult_t res) {
 }
 
 /* Whether the comm's progress thread drives the transport while no operation runs: the
- * backend asks for it (ucx: the home rank serves the message board's requests in its
- * worker's progress), and only the home rank (rank 0) serves. The others' idle workers have
- * nothing to do until their next operation. */
+ * backend asks for it (ucx: rank 0 serves the message board's requests in its worker's
+ * progress, and every rank's worker sends the bytes it buffered only in progress: a rank
+ * that went idle right after its last eager send completed, without that, left a peer
+ * waiting for them; seen as hangs of 5-rank allreduces between namespaces). */
 static inline int papCommIdleDriven(const struct papComm* c) {
-  return c->tops != NULL && c->tops->idleProgress && c->rank == 0;
+  return c->tops != NULL && c->tops->idleProgress;
 }
 
 #endif /* PAPCCL_COMM_COMM_H_ */
