@@ -242,6 +242,24 @@ static int entryRank(uint64_t v, uint32_t gen, int n) {
   return (uint32_t)(v >> 32) == gen && r >= 0 && r < n ? r : -1;
 }
 
+/* A commit just made at the home (word, early ranks ranks[0..nE)) by rank `by`: the ranks
+ * that arrived before it wait for it, and the ranks that have not arrived yet find it in
+ * their mail when they come and need no round trip to the home (but a chain, whose ranks
+ * need their arrival position). */
+static void homeCommitPush(struct papComm* comm, int slot, uint32_t gen, uint64_t word,
+                           const uint64_t* ranks, uint32_t nE, int by) {
+  int n = comm->nranks;
+  if (PAP_W_ALGO(word) == PAP_ALGO_CHAIN) {
+    for (uint32_t p = 1; p < nE; p++) {
+      int rk = entryRank(ranks[p], gen, n);
+      if (rk >= 0) homePushTo(comm, rk, HP_COMMIT, slot, gen, 0, 0, word, ranks, nE);
+    }
+    return;
+  }
+  for (int rk = 0; rk < n; rk++)
+    if (rk != by) homePushTo(comm, rk, HP_COMMIT, slot, gen, 0, 0, word, ranks, nE);
+}
+
 static size_t homeArrive(struct papComm* comm, int from, const struct hmReq* q, struct hmReply* r) {
   int n = comm->nranks, slot = (int)q->slot;
   uint64_t* B = comm->arrival->home;
@@ -280,6 +298,8 @@ static size_t homeArrive(struct papComm* comm, int from, const struct hmReq* q, 
     if (!PAP_W_COMMIT(w) && dec >= 0 && dec != pred)
       homePushTo(comm, dec, HP_WORD, slot, q->gen, 0, 0, nw, NULL, 0);
   }
+  if (e == ARR_TAKE && PAP_W_COMMIT(nw)) /* the first arrival committed its proposal */
+    homeCommitPush(comm, slot, q->gen, nw, &B[IDX_RANKAT(n, slot, 0)], 1, from);
   if (decided && PAP_W_COUNT(nw) == (uint32_t)n) /* every stamp is in: the statistics */
     for (int p = 0; p < n; p++)
       homePushTo(comm, p, HP_FULL, slot, q->gen, 0, 0, nw, &B[slotBase(n, slot)], SLOT_WORDS(n));
@@ -309,11 +329,7 @@ static size_t homeServe(void* arg, int from, const void* req, size_t len, void* 
     if (nE > (uint32_t)n) nE = 0;
     for (uint32_t p = 0; p < nE; p++)
       r->ranks[p] = B[IDX_RANKAT(n, slot, p)];
-    if (r->status) /* the ranks that arrived before the commit wait for it */
-      for (uint32_t p = 1; p < nE; p++) {
-        int rk = entryRank(r->ranks[p], q.gen, n);
-        if (rk >= 0) homePushTo(comm, rk, HP_COMMIT, slot, q.gen, 0, 0, *wp, r->ranks, nE);
-      }
+    if (r->status) homeCommitPush(comm, slot, q.gen, *wp, r->ranks, nE, from);
     return sizeof(*r) + nE * sizeof(uint64_t);
   }
   case HM_READ:
@@ -461,6 +477,23 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
       q.b |= HM_PROPOSE | ((uint64_t)(ch.algo | (ch.watch ? PAP_W_WATCH_BIT : 0)) << 8);
   }
   struct hmReply* r = (struct hmReply*)ps->reply;
+  /* Committed before we came, and the home told us already: our arrival goes one way (for
+   * the statistics), and the plan starts now. A late rank's whole wait is gone this way. */
+  if (decided) {
+    pthread_mutex_lock(&ps->mailLock);
+    struct papMail* m = mailFor(ps, a->slot, a->gen);
+    int ahead = m != NULL && m->committed && PAP_W_ALGO(m->word) != PAP_ALGO_CHAIN;
+    uint64_t w = ahead ? m->word : 0;
+    pthread_mutex_unlock(&ps->mailLock);
+    if (ahead) {
+      PAP_CHECK(comm->tops->homeSend(comm->tstate, &q, sizeof(q)));
+      a->used = 1;
+      ps->slotCseq[a->slot] = op->call.cseq + 1;
+      a->pos = (int)PAP_W_NE(w); /* at least; only a chain needs it exactly */
+      a->oldWord = w;
+      return papcclSuccess;
+    }
+  }
   struct papWait slotWait;
   char slotWhat[160];
   int slotWaiting = 0;
