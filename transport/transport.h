@@ -123,7 +123,8 @@ struct papTransportOps {
    * push runs at a rank for each message the home sent it with homePush. homeCall sends a
    * request to the home and waits for its reply (bounded by the timeout and abort; on rank 0
    * it calls serve directly); homeSend sends one that needs no reply; homePush may only be
-   * called from inside serve. Every push and reply rings the receiver's doorbell. */
+   * called from inside serve. Every push and reply rings the receiver's doorbell. Requests
+   * and pushes reach the handlers 8-byte aligned. */
   papcclResult_t (*homeAttach)(void* state, papHomeServeFn serve, papHomePushFn push, void* arg);
   papcclResult_t (*homeCall)(void* state, const void* req, size_t len, void* reply, size_t cap,
                              size_t* replyLen);

@@ -115,6 +115,7 @@ struct ucxState {
   papHomePushFn push;
   void* homeArg;
   char* serveBuf; /* serve's reply (PAP_HOME_MAX_BYTES) */
+  uint64_t* inBuf; /* an incoming request or push, copied aligned (UCX's data is not) */
   pthread_mutex_t callLock; /* one homeCall at a time */
   uint64_t callSeq;
   uint64_t callId; /* the call awaiting its reply (0: none) */
@@ -328,7 +329,8 @@ static ucs_status_t amHomeReq(void* arg, const void* header, size_t headerLen, v
   size_t rl = 0;
   int status = 1;
   if (st->serve) {
-    rl = st->serve(st->homeArg, h.from, data, len, st->serveBuf, PAP_HOME_MAX_BYTES);
+    if (len) memcpy(st->inBuf, data, len);
+    rl = st->serve(st->homeArg, h.from, st->inBuf, len, st->serveBuf, PAP_HOME_MAX_BYTES);
     status = 0;
   }
   if (h.id != 0) queueOut(st, h.from, UCX_AM_HOME_REPLY, h.id, status, st->serveBuf, rl);
@@ -355,8 +357,11 @@ static ucs_status_t amHomePush(void* arg, const void* header, size_t headerLen, 
                                size_t len, const ucp_am_recv_param_t* param) {
   struct ucxState* st = (struct ucxState*)arg;
   struct ucxHomeHdr h;
-  if (homeHdr(header, headerLen, param, &h) != 0) return UCS_OK;
-  if (st->push) st->push(st->homeArg, data, len);
+  if (homeHdr(header, headerLen, param, &h) != 0 || len > PAP_HOME_MAX_BYTES) return UCS_OK;
+  if (st->push) {
+    if (len) memcpy(st->inBuf, data, len);
+    st->push(st->homeArg, st->inBuf, len);
+  }
   ring(st);
   return UCS_OK;
 }
@@ -489,7 +494,8 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
       (res = setAm(st, UCX_AM_HOME_PUSH, amHomePush)) != papcclSuccess)
     goto fail;
   if (papCalloc(&st->conns, (size_t)st->nranks) != papcclSuccess ||
-      papCalloc(&st->serveBuf, PAP_HOME_MAX_BYTES) != papcclSuccess) {
+      papCalloc(&st->serveBuf, PAP_HOME_MAX_BYTES) != papcclSuccess ||
+      papCalloc(&st->inBuf, PAP_HOME_MAX_BYTES / sizeof(uint64_t)) != papcclSuccess) {
     res = papcclSystemError;
     goto fail;
   }
@@ -1017,6 +1023,7 @@ static void ucxFinalize(void* state) {
     free(o);
   }
   free(st->serveBuf);
+  free(st->inBuf);
   while (st->pool) {
     struct ucxBuf* b = st->pool;
     st->pool = b->next;
