@@ -124,18 +124,13 @@ def timeline_plot(path, out):
 
 
 def hosts_plot(path, out):
-    cells = {}
-    n = 0
-    for line in open(path):
-        f = line.rstrip("\n").split("\t")
-        if len(f) < 9:
-            continue
-        _, lib, nr, pat, size, incoll, tail, _, _ = f
-        n = int(nr)
-        kind = "late" if pat.startswith("late") else "balanced"
-        cells.setdefault((lib, kind, int(size)), []).append((float(incoll), float(tail)))
-    if not cells:
+    raw, n = load_cells(path)
+    if not raw:
         sys.exit(f"plot.py: no cells in {path}")
+    cells = {}  # the late pattern's name carries the late host's rank count: one kind
+    for (lib, pat, size), v in raw.items():
+        kind = "late" if pat.startswith("late") else "balanced"
+        cells.setdefault((lib, kind, size), []).extend(v)
     libs = sorted({k[0] for k in cells}, key=lambda l: (l != "papccl", l))
     fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2))
     for ax, kind, idx, ylabel in ((axes[0], "balanced", 0, "time per call (us)"),

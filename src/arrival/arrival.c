@@ -213,7 +213,7 @@ static inline uint64_t makeWord(uint32_t gen, int algo, int commit, int decided,
 
 static void homePushTo(struct papComm* comm, int peer, uint32_t kind, int slot, uint32_t gen,
                        int pos, int rank, uint64_t word, const uint64_t* data, size_t words) {
-  uint64_t buf[8 + 2 * 4096 / 8];
+  uint64_t buf[1024]; /* 8 KiB on the stack: every push but the statistics of large comms */
   struct hmPush* p = (struct hmPush*)buf;
   struct hmPush* big = NULL;
   size_t bytes = sizeof(*p) + words * sizeof(uint64_t);
@@ -669,13 +669,12 @@ static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64
 
 /* The slot's word: loaded from a shared board, or what the mail of a message board holds. */
 static papcclResult_t slotWord(struct papComm* comm, const struct papArrival* a, size_t wi,
-                               uint64_t* w, int* hasNext) {
+                               uint64_t* w) {
   struct papArrivalState* ps = comm->arrival;
   if (!ps->msg) return bLoad(comm, wi, w);
   pthread_mutex_lock(&ps->mailLock);
   struct papMail* m = mailFor(ps, a->slot, a->gen);
   *w = m ? m->word : 0;
-  if (hasNext) *hasNext = m ? m->succRank : -1;
   pthread_mutex_unlock(&ps->mailLock);
   return papcclSuccess;
 }
@@ -729,7 +728,7 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, struct 
   for (;;) {
     uint32_t tok = comm->tops->waitToken(comm->tstate);
     uint64_t w = 0;
-    papcclResult_t res = slotWord(comm, a, wi, &w, NULL);
+    papcclResult_t res = slotWord(comm, a, wi, &w);
     if (res != papcclSuccess) {
       comm->tops->wait(comm->tstate, tok, 0);
       return res;
@@ -771,7 +770,7 @@ static papcclResult_t awaitCommit(struct papComm* comm, struct papOpDesc* op, st
   size_t wi = IDX_WORD(comm->nranks, a->slot);
   for (;;) {
     uint64_t w = 0;
-    PAP_CHECK(slotWord(comm, a, wi, &w, NULL));
+    PAP_CHECK(slotWord(comm, a, wi, &w));
     if (PAP_W_GEN(w) == a->gen && PAP_W_COMMIT(w)) {
       *wordOut = w;
       return papcclSuccess;
@@ -782,7 +781,7 @@ static papcclResult_t awaitCommit(struct papComm* comm, struct papOpDesc* op, st
       continue;
     }
     uint32_t tok = comm->tops->waitToken(comm->tstate);
-    papcclResult_t res = slotWord(comm, a, wi, &w, NULL);
+    papcclResult_t res = slotWord(comm, a, wi, &w);
     if (res == papcclSuccess && PAP_W_GEN(w) == a->gen && PAP_W_COMMIT(w)) {
       comm->tops->wait(comm->tstate, tok, 0);
       *wordOut = w;

@@ -168,6 +168,15 @@ papcclComm_t UcxComm(Rank& rk, int hostIdx, const NetnsHosts* ns = nullptr) {
   return comm;
 }
 
+// Options of a test whose children make their own UCX communicators and destroy them.
+Options OwnComms(double deadlineS = 0) {
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  if (deadlineS > 0) opt.deadlineS = deadlineS;
+  return opt;
+}
+
 TEST_P(UcxHosts, EveryCollectiveTypeOpAndPattern) {
   const std::vector<int> hostOf = HostLayout(std::get<0>(GetParam()));
   const int n = (int)hostOf.size();
@@ -189,9 +198,7 @@ TEST_P(UcxHosts, EveryCollectiveTypeOpAndPattern) {
   std::string commId = NetnsHosts::Address(0) + ":29500";
   ScopedEnv rendezvous("PAPCCL_COMM_ID", netns ? commId.c_str() : nullptr);
   ScopedEnv forced("PAPCCL_ALGO", algo.empty() ? nullptr : algo.c_str());
-  Options opt;
-  opt.makeComm = false;
-  opt.destroy = false;
+  Options opt = OwnComms();
   ScopedEnv gap("PAPCCL_PAP_GAP_US", "100");
   auto out = RunProcesses(
       n,
@@ -285,9 +292,7 @@ INSTANTIATE_TEST_SUITE_P(Hosts, UcxHosts,
 // PAPCCL_TRANSPORT=ib on hosts without an RDMA device (this machine): every rank's ib init
 // fails with one line, the comm falls back to ucx and works.
 TEST_F(Ucx, ForcedIbFallsBackToUcx) {
-  Options opt;
-  opt.makeComm = false;
-  opt.destroy = false;
+  Options opt = OwnComms();
   ScopedEnv force("PAPCCL_TRANSPORT", "ib");
   auto out = RunProcesses(
       2,
@@ -311,10 +316,7 @@ TEST_F(Ucx, ForcedIbFallsBackToUcx) {
 // after its broadcast must not make the late ranks' broadcast fail.
 TEST_F(Ucx, RootDestroysFirst) {
   const int n = 3;
-  Options opt;
-  opt.makeComm = false;
-  opt.destroy = false;
-  opt.deadlineS = 120;
+  Options opt = OwnComms(120);
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", "30");
   auto out = RunProcesses(
       n,
@@ -339,10 +341,7 @@ TEST_F(Ucx, RootDestroysFirst) {
 // sleep there left them unread: every rank timed out.)
 TEST_F(Ucx, RankZeroRunsAheadOfTheBoard) {
   const int n = 3;
-  Options opt;
-  opt.makeComm = false;
-  opt.destroy = false;
-  opt.deadlineS = 120;
+  Options opt = OwnComms(120);
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", "20");
   auto out = RunProcesses(
       n,
@@ -376,10 +375,7 @@ TEST_F(Ucx, RankZeroRunsAheadOfTheBoard) {
 // straggler still brings the PAP-aware plan through those probes.
 TEST_F(Ucx, ClassicCallsSkipTheBoardBetweenProbes) {
   const int n = 3;
-  Options opt;
-  opt.makeComm = false;
-  opt.destroy = false;
-  opt.deadlineS = 120;
+  Options opt = OwnComms(120);
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", "30");
   ScopedEnv probe("PAPCCL_PAP_PROBE", "4");
   auto out = RunProcesses(
@@ -436,10 +432,7 @@ TEST_F(Ucx, ClassicCallsSkipTheBoardBetweenProbes) {
 // hostOf: the host of each rank; dead: the rank whose process exits.
 void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead) {
   const int n = (int)hostOf.size();
-  Options opt;
-  opt.makeComm = false;
-  opt.destroy = false;
-  opt.deadlineS = 120;
+  Options opt = OwnComms(120);
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", "20");
   auto out = RunProcesses(
       n,
@@ -561,10 +554,7 @@ TEST_F(Ucx, CutLinkFailsCleanly) {
   std::string commId = NetnsHosts::Address(0) + ":29500";
   ScopedEnv rendezvous("PAPCCL_COMM_ID", commId.c_str());
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", "10");
-  Options opt;
-  opt.makeComm = false;
-  opt.destroy = false;
-  opt.deadlineS = 180;
+  Options opt = OwnComms(180);
   auto out = RunProcesses(
       n,
       [&](Rank& rk) {

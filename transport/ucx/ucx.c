@@ -58,8 +58,8 @@ struct ucxOut {
   char data[];
 };
 
-/* Handle swapped through the bootstrap: header, worker address, then (rank 0) the board's
- * packed remote key. */
+/* Handle swapped through the bootstrap: header, then the worker address. The board address
+ * and key length stay in the layout (0: the board is served with messages). */
 struct ucxHandleHdr {
   uint64_t magic;
   uint64_t boardAddr;
@@ -93,7 +93,6 @@ struct papConn {
 struct ucxState {
   int rank;
   int nranks;
-  size_t boardWords; /* the arrival board's size (rank 0 holds it) */
   const volatile int* abortFlag;
   int64_t spinNs;
   ucp_context_h ctx;
@@ -410,7 +409,6 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
   PAP_CHECK(papCalloc(&st, 1));
   st->rank = ctx->rank;
   st->nranks = ctx->nranks;
-  st->boardWords = ctx->boardWords;
   st->abortFlag = ctx->abortFlag;
   st->spinNs = ctx->spinNs;
   st->efd = st->wakeFd = -1;

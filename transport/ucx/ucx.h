@@ -8,7 +8,8 @@
 #include <stdint.h>
 
 /* Layout (host order): magic u64, board address u64, worker address length u32, packed key
- * length u32; the worker address follows, then (rank 0) the board's packed remote key. */
+ * length u32; the worker address follows, then the key (the ucx backend itself sends address
+ * 0 and no key: its board is served with messages). */
 #define PAP_UCX_HANDLE_HDR_BYTES 24
 
 /* What a handle holds; the pointers point into it. */
