@@ -84,6 +84,7 @@ struct papComm {
   struct papJob* jobTail;
   _Atomic uint32_t threadBell; /* futex word for the idle progress thread */
   _Atomic int driving; /* threads running operations: they drive the transport meanwhile */
+  _Atomic int threadPark; /* how the progress thread sleeps now: PAP_PARK_* (progress.c) */
   int threadStop;
 
   /* Hierarchy (the API layer's hier.c): when the ranks span hosts and some host has several, the
@@ -111,6 +112,13 @@ struct papJob {
   uint64_t devSeq;
   struct papDevStage* stage;
 };
+/* The progress thread's sleeps where it drives an idle backend (progress.c). */
+enum {
+  PAP_PARK_NONE = 0,
+  PAP_PARK_BACKEND,
+  PAP_PARK_BELL
+};
+
 enum {
   PAP_JOB_INIT = 1, /* non-blocking init */
   PAP_JOB_OPS = 2, /* host-buffer ops */
