@@ -754,14 +754,16 @@ static void ucxWait(void* state, uint32_t token, int64_t timeoutNs) {
     }
   }
   struct pollfd fds[2] = {{st->wakeFd, POLLIN, 0}, {st->efd, POLLIN, 0}};
-  int ms = (int)((timeoutNs + 999999) / 1000000);
+  /* To the ns: a sleep cut where a predicted event's margin starts (papWaitSlice) must end
+   * there, not at the next whole ms. */
+  struct timespec ts = {(time_t)(timeoutNs / 1000000000ll), (long)(timeoutNs % 1000000000ll)};
   atomic_fetch_add_explicit(&st->sleepers, 1, memory_order_seq_cst);
   /* A thread that sleeps on the eventfd alone needs a poller behind it: if the poller left
    * meanwhile (it rings the sleepers it counts as it leaves; seq_cst on both sides, so one
    * of us sees the other), do not sleep: come back and take the role. */
   int covered = isPoller || atomic_load_explicit(&st->poller, memory_order_seq_cst);
   if (covered && atomic_load_explicit(&st->bell, memory_order_seq_cst) == token)
-    poll(fds, isPoller ? 2 : 1, ms);
+    ppoll(fds, isPoller ? 2 : 1, &ts, NULL);
   if (isPoller) {
     pollerOf = NULL;
     atomic_store_explicit(&st->poller, 0, memory_order_seq_cst);
