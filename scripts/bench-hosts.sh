@@ -7,7 +7,7 @@
 # one comparison loop (perf/compare/bench_loop.c): balanced, then the last host's ranks late.
 #
 # usage: scripts/bench-hosts.sh [--hosts N] [--per-host L] [--build DIR] [--skew US]
-#                               [--iters N] [--sizes LIST] [--rounds R] [--tls LIST]
+#                               [--iters N] [--warmup N] [--sizes LIST] [--rounds R] [--tls LIST]
 #                               [--out DIR]
 #   --hosts N    hosts (default 3)
 #   --per-host L ranks per host (default 1; above 1 papccl goes through host leaders
@@ -15,6 +15,8 @@
 #   --build DIR  build directory with perf/compare/papccl_cmp (default build)
 #   --skew US    how late the last host is in the late run (default 5000)
 #   --iters N    timed calls per cell, at least (default 20; each cell lasts >= 20 ms)
+#   --warmup N   untimed calls per cell first, with the cell's arrival pattern (default 20:
+#                papccl's selector needs about a dozen calls of a pattern to adapt to it)
 #   --sizes LIST allreduce sizes (default 8,64K,1M,4M,16M)
 #   --rounds R   repeat everything R times, libraries alternating; the table gives medians
 #                over rounds (default 1)
@@ -32,6 +34,7 @@ perhost=1
 build=build
 skew=5000
 iters=20
+warmup=20
 sizes=8,64K,1M,4M,16M
 rounds=1
 tls=tcp
@@ -43,12 +46,13 @@ while [ $# -gt 0 ]; do
   --build) build=$2 && shift 2 ;;
   --skew) skew=$2 && shift 2 ;;
   --iters) iters=$2 && shift 2 ;;
+  --warmup) warmup=$2 && shift 2 ;;
   --sizes) sizes=$2 && shift 2 ;;
   --rounds) rounds=$2 && shift 2 ;;
   --tls) tls=$2 && shift 2 ;;
   --out) out=$2 && shift 2 ;;
   -h | --help)
-    sed -n '3,25p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,27p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -131,7 +135,7 @@ papccl() {
     ip netns exec "$prefix-h$h" env PAPCCL_RANK="$r" PAPCCL_NRANKS="$nranks" \
       PAPCCL_LOCAL_RANK=$((r % perhost)) PAPCCL_COMM_ID="$(addr 0):29500" \
       PAPCCL_HOSTID="$prefix-h$h" UCX_TLS="$tls" \
-      timeout 900 "$pbin" --sizes "$sizes" -n "$iters" -w 5 --min-ms 20 "$@" \
+      timeout 900 "$pbin" --sizes "$sizes" -n "$iters" -w "$warmup" --min-ms 20 "$@" \
       >"$out/papccl_${name}_r${round}_rank$r.log" 2>&1 &
     pids+=($!)
   done
@@ -169,7 +173,7 @@ AGENT
     --mca plm_rsh_agent "$agent" --mca btl self,tcp --mca btl_tcp_if_include eth0
     --mca oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1)
   if ! ip netns exec "$prefix-h0" timeout 900 mpirun "${opts[@]}" "$mbin" --sizes "$sizes" \
-    -n "$iters" -w 5 --min-ms 20 "$@" >"$out/openmpi_${name}_r${round}.log" 2>&1; then
+    -n "$iters" -w "$warmup" --min-ms 20 "$@" >"$out/openmpi_${name}_r${round}.log" 2>&1; then
     echo "bench-hosts: Open MPI ($name) failed (its columns say -):" >&2
     tail -5 "$out/openmpi_${name}_r${round}.log" >&2
   fi

@@ -122,7 +122,10 @@ struct ucxState {
   size_t callCap, callLen;
   int callState; /* 0 waiting, 1 replied, 2 the home has no board yet */
   /* Bounce buffers of sink receives, kept for reuse (a fresh one of a few hundred KiB is an
-   * mmap, page faults and a munmap per message): at most UCX_POOL_MAX, under reqLock. */
+   * mmap, page faults and a munmap per message): at most UCX_POOL_MAX, under reqLock. A
+   * plan posts many at once (AC2S, 16 MiB in 256 KiB chunks: 64): with room for 32, the rest
+   * were freed and faulted in again on every call (3 hosts, one 5 ms late, AC2S 16 MiB tail
+   * 80 -> 30 ms with room for 256). The byte cap bounds the memory. */
   struct ucxBuf* pool;
   int poolCount;
   size_t poolBytes;
@@ -172,7 +175,7 @@ static void recvCb(void* req, ucs_status_t status, const ucp_tag_recv_info_t* in
   ring((struct ucxState*)user);
 }
 
-#define UCX_POOL_MAX 32
+#define UCX_POOL_MAX 256
 #define UCX_POOL_MAX_BYTES (64u << 20)
 struct ucxBuf {
   struct ucxBuf* next;
