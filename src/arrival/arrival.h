@@ -37,6 +37,7 @@ _Static_assert(PAP_ALGO_COUNT <= 32, "the board word holds 5 bits of algorithm")
  * (enum papColl values below PAP_SEL_COLLS: allreduce, broadcast, reduce, allgather,
  * reducescatter). */
 #define PAP_SEL_BUCKETS 48
+#define PAP_SEL_TAIL_WIN 8 /* tails kept per mode (select.c) */
 #define PAP_SEL_COLLS 5
 
 #define PAP_PREDICT_CONTEXTS 64
@@ -52,8 +53,9 @@ struct papSelBucket {
   /* Measured cost: time from the last arrival to completion, per mode (0 classic, 1 PAP).
    * A PAP mode that measures no better than the classic one goes back and is not tried
    * again for probeWait samples (doubling after each failed try). */
-  double tailEma[2]; /* ns */
-  uint32_t tailN[2]; /* samples in tailEma (PAP: since the last switch to it) */
+  float tailWin[2]
+               [PAP_SEL_TAIL_WIN]; /* ns: the last tails (a ring; the mode's first op left out) */
+  uint32_t tailN[2]; /* ops of the mode (PAP: since the last switch to it) */
   uint64_t probeAfter; /* no switch to PAP before this many samples */
   uint32_t probeWait; /* samples to wait after the next failed try */
   /* On a message board: calls of this size so far and the plan kind the last commit chose

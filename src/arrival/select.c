@@ -252,10 +252,24 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) 
 static void observeTail(struct papSelBucket* b, int m, double tailNs) {
   uint32_t k = b->tailN[m]++;
   if (k == 0) return; /* the first op of the mode */
-  if (k <= PAP_SEL_TAIL_MIN)
-    b->tailEma[m] += (tailNs - b->tailEma[m]) / k; /* running mean until the EMA has a base */
-  else
-    b->tailEma[m] += (tailNs - b->tailEma[m]) / 8;
+  b->tailWin[m][(k - 1) % PAP_SEL_TAIL_WIN] = (float)tailNs;
+}
+
+/* The median of a mode's last tails (up to PAP_SEL_TAIL_WIN): one slow call (3 hosts, one
+ * 5 ms late, 16 MiB: AC2S tails 33-37 ms with one of 84 among them) must not make a plan
+ * that pays look worse than the classic one (40-48 ms). */
+static double tailMedian(const struct papSelBucket* b, int m) {
+  uint32_t have = b->tailN[m] > 0 ? b->tailN[m] - 1 : 0;
+  if (have > PAP_SEL_TAIL_WIN) have = PAP_SEL_TAIL_WIN;
+  if (have == 0) return 0;
+  float v[PAP_SEL_TAIL_WIN];
+  for (uint32_t i = 0; i < have; i++) { /* insertion sort */
+    uint32_t j = i;
+    for (; j > 0 && v[j - 1] > b->tailWin[m][i]; j--)
+      v[j] = v[j - 1];
+    v[j] = b->tailWin[m][i];
+  }
+  return have % 2 ? v[have / 2] : 0.5 * ((double)v[have / 2 - 1] + v[have / 2]);
 }
 
 void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double skewNs, double gapNs,
@@ -296,10 +310,9 @@ void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double s
       b->arrivalPlans = 1;
       b->up = 0;
       b->tailN[1] = 0; /* measure this try afresh */
-      b->tailEma[1] = 0;
     }
   } else if (b->tailN[1] >= PAP_SEL_TAIL_MIN && b->tailN[0] >= PAP_SEL_TAIL_MIN &&
-             b->tailEma[1] > 0.95 * b->tailEma[0]) {
+             tailMedian(b, 1) > tailMedian(b, 0)) {
     /* The model predicted a gain the plan does not deliver on this host: back to classic,
      * and try again later, in case the pattern changes. */
     b->arrivalPlans = 0;
@@ -328,7 +341,7 @@ void papSelectObserve(struct papComm* comm, const struct papOpDesc* op, double s
       PAP_INFO(PAP_LOG_PAP,
                "PAP selector: %zu-byte %s on %d ranks -> classic (measured tail %.1f us with "
                "arrival plans, %.1f us classic; next try in %u calls)",
-               bytes, names[op->call.coll], n, b->tailEma[1] / 1e3, b->tailEma[0] / 1e3,
+               bytes, names[op->call.coll], n, tailMedian(b, 1) / 1e3, tailMedian(b, 0) / 1e3,
                b->probeWait);
     else
       PAP_INFO(PAP_LOG_PAP,
