@@ -3,13 +3,13 @@
 """Plots of the comparison (perf/compare/run.sh), of one collective's arrival timeline and of
 the comparison between hosts (scripts/bench-hosts.sh).
 
-  plot.py --cells OUT/cells.tsv [--timeline timeline.txt] [--hosts HOSTS/cells.tsv] [--out DIR]
+  plot.py --cells OUT/cells.tsv [--timeline timeline.txt] [--hosts HOSTS/cells.tsv ...] [--out DIR]
 
 Writes DIR/busbw.png (bus bandwidth against size per library, balanced arrivals),
 DIR/tail.png (tail after the last arrival against skew, per pattern and library) and, with
 --timeline, DIR/timeline.png (ranks as rows: arrival, start of own work, completion); with
 --hosts, DIR/hosts.png (time per call, balanced, and tail after the late host's arrival,
-against size, per library)."""
+against size, per library; one panel per late host when several runs are given)."""
 import argparse
 import os
 import statistics
@@ -123,18 +123,31 @@ def timeline_plot(path, out):
     plt.close()
 
 
-def hosts_plot(path, out):
-    raw, n = load_cells(path)
-    if not raw:
-        sys.exit(f"plot.py: no cells in {path}")
-    cells = {}  # the late pattern's name carries the late host's rank count: one kind
+def hosts_plot(paths, out):
+    raw, n = {}, 0
+    for path in paths:  # several runs (another late host) go side by side
+        r, k = load_cells(path)
+        if not r:
+            sys.exit(f"plot.py: no cells in {path}")
+        n = n or k
+        for key, v in r.items():
+            raw.setdefault(key, []).extend(v)
+
+    def kind_of(pat):  # "balanced:0", "late-k:1:5000" (the last host), "late:0:5000"
+        if not pat.startswith("late"):
+            return "balanced"
+        if pat.startswith("late-k:"):
+            return "last host late"
+        return f"host {pat.split(':')[1]} late"
+
+    cells = {}
     for (lib, pat, size), v in raw.items():
-        kind = "late" if pat.startswith("late") else "balanced"
-        cells.setdefault((lib, kind, size), []).extend(v)
+        cells.setdefault((lib, kind_of(pat), size), []).extend(v)
+    kinds = sorted({k[1] for k in cells}, key=lambda k: (k != "balanced", k != "last host late", k))
     libs = sorted({k[0] for k in cells}, key=lambda l: (l != "papccl", l))
-    fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2))
-    for ax, kind, idx, ylabel in ((axes[0], "balanced", 0, "time per call (us)"),
-                                  (axes[1], "late", 1, "tail after the last arrival (us)")):
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.2), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        idx = 0 if kind == "balanced" else 1
         for lib in libs:
             pts = sorted((k[2], statistics.median(x[idx] for x in v)) for k, v in cells.items()
                          if k[0] == lib and k[1] == kind)
@@ -144,9 +157,8 @@ def hosts_plot(path, out):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{kind}, {n} ranks on separate hosts" +
-                     (" (one host late)" if kind == "late" else ""))
+        ax.set_ylabel("time per call (us)" if idx == 0 else "tail after the last arrival (us)")
+        ax.set_title(f"{n} ranks on separate hosts, {kind}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -158,7 +170,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells")
     ap.add_argument("--timeline")
-    ap.add_argument("--hosts", help="cells.tsv of scripts/bench-hosts.sh --out DIR")
+    ap.add_argument("--hosts", nargs="+",
+                    help="cells.tsv of scripts/bench-hosts.sh --out DIR (several: one per late host)")
     ap.add_argument("--out", default=".")
     ap.add_argument("--ranks", type=int, help="rank count to plot (default: the first in the cells)")
     a = ap.parse_args()

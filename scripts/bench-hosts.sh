@@ -6,7 +6,7 @@
 # latency (8 B) and tag bandwidth (4 MiB) between host 0 and host 1. Both libraries run the
 # one comparison loop (perf/compare/bench_loop.c): balanced, then the last host's ranks late.
 #
-# usage: scripts/bench-hosts.sh [--hosts N] [--per-host L] [--build DIR] [--skew US]
+# usage: scripts/bench-hosts.sh [--hosts N] [--per-host L] [--build DIR] [--skew US] [--late-host H]
 #                               [--iters N] [--warmup N] [--sizes LIST] [--rounds R] [--tls LIST]
 #                               [--out DIR]
 #   --hosts N    hosts (default 3)
@@ -14,6 +14,9 @@
 #                unless PAPCCL_HIER=0 is in the environment; Open MPI stays on TCP)
 #   --build DIR  build directory with perf/compare/papccl_cmp (default build)
 #   --skew US    how late the last host is in the late run (default 5000)
+#   --late-host H  the host that is late (default the last one). Open MPI's allreduce pairs
+#                ranks in a fixed order (3 ranks: rank 0 folds into rank 1 first), so which
+#                host is late matters to it; papccl's plans follow the arrivals
 #   --iters N    timed calls per cell, at least (default 20; each cell lasts >= 20 ms)
 #   --warmup N   untimed calls per cell first, with the cell's arrival pattern (default 20:
 #                papccl's selector needs about a dozen calls of a pattern to adapt to it)
@@ -33,6 +36,7 @@ hosts=3
 perhost=1
 build=build
 skew=5000
+latehost=""
 iters=20
 warmup=20
 sizes=8,64K,1M,4M,16M
@@ -45,6 +49,7 @@ while [ $# -gt 0 ]; do
   --per-host) perhost=$2 && shift 2 ;;
   --build) build=$2 && shift 2 ;;
   --skew) skew=$2 && shift 2 ;;
+  --late-host) latehost=$2 && shift 2 ;;
   --iters) iters=$2 && shift 2 ;;
   --warmup) warmup=$2 && shift 2 ;;
   --sizes) sizes=$2 && shift 2 ;;
@@ -52,7 +57,7 @@ while [ $# -gt 0 ]; do
   --tls) tls=$2 && shift 2 ;;
   --out) out=$2 && shift 2 ;;
   -h | --help)
-    sed -n '3,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,31p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -181,7 +186,15 @@ AGENT
 
 read -r lat _ < <(perftest tag_lat 8 20000)
 read -r _ bw < <(perftest tag_bw 4194304 200)
-late=(--arrival "late-k:$perhost" --skew "$skew")
+if [ -z "$latehost" ] || [ "$latehost" = $((hosts - 1)) ]; then
+  latehost=$((hosts - 1))
+  late=(--arrival "late-k:$perhost" --skew "$skew")
+elif [[ "$latehost" =~ ^[0-9]+$ ]] && [ "$latehost" -lt "$hosts" ] && [ "$perhost" = 1 ]; then
+  late=(--arrival "late:$latehost" --skew "$skew")
+else
+  echo "bench-hosts: --late-host needs a host below $hosts (and --per-host 1 unless it is the last)" >&2
+  exit 2
+fi
 for ((round = 1; round <= rounds; round++)); do
   papccl balanced --arrival balanced --skew 0
   openmpi balanced --arrival balanced --skew 0
@@ -190,7 +203,7 @@ for ((round = 1; round <= rounds; round++)); do
 done
 
 echo "# $hosts hosts (network namespaces, veth + bridge), $perhost rank(s) each, UCX_TLS=$tls," \
-  "PAPCCL_HIER=${PAPCCL_HIER:-1}; late: the last host ($perhost rank(s)) $skew us late"
+  "PAPCCL_HIER=${PAPCCL_HIER:-1}; late: host $latehost ($perhost rank(s)) $skew us late"
 echo "# ucx_perftest host0->host1: tag_lat 8 B ${lat} us (median one-way), tag_bw 4 MiB ${bw} MB/s"
 echo "# float sum allreduce in place, comparison loop: time = median time in the call (us);"
 echo "# tail = median from the last arrival to the last completion (us); Open MPI: btl tcp;"
