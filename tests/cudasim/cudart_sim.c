@@ -285,6 +285,7 @@ enum {
 };
 
 struct simEvent {
+  struct simEvent* nextLive; /* the live handles (qLock) */
   uint64_t magic;
   unsigned flags;
   int refs; /* the handle (until cudaEventDestroy) and each queued op naming it; qLock */
@@ -294,6 +295,7 @@ struct simEvent {
 };
 #define EVENT_MAGIC 0x6576656e74ull
 static void eventUnrefLocked(struct simEvent* ev);
+static struct simEvent* liveEvents; /* handles not destroyed (qLock) */
 
 struct simStream;
 struct simOp {
@@ -1066,6 +1068,10 @@ SIM_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* out, unsigned int f
   ev->magic = EVENT_MAGIC;
   ev->flags = flags;
   ev->refs = 1;
+  pthread_mutex_lock(&qLock);
+  ev->nextLive = liveEvents;
+  liveEvents = ev;
+  pthread_mutex_unlock(&qLock);
   *out = (cudaEvent_t)ev;
   return ret(cudaSuccess);
 }
@@ -1074,9 +1080,18 @@ SIM_EXPORT cudaError_t cudaEventCreate(cudaEvent_t* out) {
   return cudaEventCreateWithFlags(out, cudaEventDefault);
 }
 
+/* The event of a live handle; NULL for anything else, without touching it (qLock held). */
+static struct simEvent* eventOfLocked(cudaEvent_t e) {
+  for (struct simEvent* l = liveEvents; l; l = l->nextLive)
+    if (l == (struct simEvent*)e) return l;
+  return NULL;
+}
+
 static struct simEvent* eventOf(cudaEvent_t e) {
-  struct simEvent* ev = (struct simEvent*)e;
-  return ev && ev->magic == EVENT_MAGIC ? ev : NULL;
+  pthread_mutex_lock(&qLock);
+  struct simEvent* ev = eventOfLocked(e);
+  pthread_mutex_unlock(&qLock);
+  return ev;
 }
 
 /* Drops one reference (qLock held); the last one frees the event. */
@@ -1088,13 +1103,17 @@ static void eventUnrefLocked(struct simEvent* ev) {
 
 SIM_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e) {
   pthread_mutex_lock(&qLock);
-  struct simEvent* ev = (struct simEvent*)e;
-  if (ev == NULL || ev->magic != EVENT_MAGIC) {
+  struct simEvent* ev = eventOfLocked(e);
+  if (ev == NULL) {
     pthread_mutex_unlock(&qLock);
     return ret(cudaErrorInvalidResourceHandle);
   }
-  /* CUDA returns at once; a record still queued completes and then releases the event. */
-  ev->magic = EVENT_MAGIC + 1; /* the handle is invalid from now on */
+  /* CUDA returns at once; a record still queued completes and then releases the event. The
+   * handle is invalid from now on. */
+  struct simEvent** pp = &liveEvents;
+  while (*pp != ev)
+    pp = &(*pp)->nextLive;
+  *pp = ev->nextLive;
   eventUnrefLocked(ev);
   pthread_mutex_unlock(&qLock);
   return ret(cudaSuccess);
