@@ -7,8 +7,9 @@
 #   deps, build (warnings are errors), test (every suite but soak and valgrind; the matrix
 #   tests run a pairwise covering of their axes, PAPCCL_TEST_MATRIX=pairwise),
 #   asan-build + asan-test (ASan+UBSan, every suite but soak), tsan-build + tsan-test
-#   (ThreadSanitizer, the suite 'concurrency'), fuzz (every fuzzer 15 s; the corpus replay
-#   runs in the plain and ASan test stages), format.
+#   (ThreadSanitizer, the suites 'concurrency' and 'gpu-sim'), fuzz (every fuzzer 15 s; the
+#   corpus replay runs in the plain and ASan test stages), format. Where nvcc is found every
+#   build has CUDA, so suite gpu-sim (the device path on the CUDA stand-in) runs in all three.
 # Full tier (--full, nightly): the same stages with every suite in every build (soak and
 #   valgrind included, TSan of every suite), the full matrices and every fuzzer 60 s.
 #
@@ -23,7 +24,7 @@
 #   PAPCCL_FORMAT=check|warn|skip   warn: report unformatted files but do not fail
 #   PAPCCL_JOBS=N                   parallel compile jobs (default: ninja's choice)
 #   PAPCCL_SETUP_ARGS="..."         extra `meson setup` options for every build
-#   PAPCCL_ASAN_CUDA=auto           build CUDA in the sanitizer build too (default disabled)
+#   PAPCCL_SANITIZER_CUDA=disabled  no CUDA in the sanitizer builds (default auto: with nvcc)
 #   MESON_TESTTHREADS=N             tests meson runs at once (meson's own variable)
 set -euo pipefail
 
@@ -82,8 +83,8 @@ else
   export PAPCCL_TEST_MATRIX=${PAPCCL_TEST_MATRIX:-pairwise}
   plain_skip=(--no-suite soak --no-suite valgrind)
   asan_skip=(--no-suite soak)
-  tsan_only=(--suite concurrency)
-  tsan_perf=false # the concurrency suite runs no perf binary
+  tsan_only=(--suite concurrency --suite gpu-sim)
+  tsan_perf=false # those suites run no perf binary
   fuzz_seconds=${PAPCCL_FUZZ_SECONDS:-15}
 fi
 # The landing tier must finish within 40 minutes on CI's 2-core machine: warn past 35.
@@ -176,7 +177,7 @@ do_test() { run_tests "$BUILD" "${plain_skip[@]}"; }
 
 do_asan_build() {
   setup_dir "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dbuildtype=debugoptimized -Dcuda="${PAPCCL_ASAN_CUDA:-disabled}" || return
+    -Dbuildtype=debugoptimized -Dcuda="${PAPCCL_SANITIZER_CUDA:-auto}" || return
   meson compile -C "$ASAN_BUILD" "${compile_args[@]}"
 }
 
@@ -191,7 +192,7 @@ do_asan_test() {
 
 do_tsan_build() {
   setup_dir "$TSAN_BUILD" -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized \
-    -Dcuda=disabled -Dperf="$tsan_perf" || return
+    -Dcuda="${PAPCCL_SANITIZER_CUDA:-auto}" -Dperf="$tsan_perf" || return
   meson compile -C "$TSAN_BUILD" "${compile_args[@]}"
 }
 

@@ -82,7 +82,7 @@ static int numDevices(void) {
 struct simCtx {
   int dev;
 };
-static struct simCtx ctxs[SIM_MAX_DEVICES];
+static struct simCtx ctxs[SIM_MAX_DEVICES] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
 static _Atomic int ctxActive[SIM_MAX_DEVICES];
 static __thread struct simCtx* curCtx;
 static __thread int curDev; /* the runtime's current device of this thread */
@@ -93,7 +93,6 @@ static cudaError_t touch(void) {
   if (numDevices() == 0) return cudaErrorNoDevice;
   if (curCtx == NULL) {
     curCtx = &ctxs[curDev];
-    curCtx->dev = curDev;
     atomic_store(&ctxActive[curDev], 1);
   }
   return cudaSuccess;
@@ -636,7 +635,6 @@ SIM_EXPORT cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= numDevices()) return ret(cudaErrorInvalidDevice);
   curDev = device;
   curCtx = &ctxs[device];
-  curCtx->dev = device;
   atomic_store(&ctxActive[device], 1);
   return ret(cudaSuccess);
 }

@@ -6,7 +6,8 @@
  * LD_LIBRARY_PATH; without a GPU, with the CUDA stand-in first there too (suite gpu-sim).
  *
  * usage: nccl_device_program [NRANKS [ITERS]]   (default 3 ranks, 4 iterations)
- * The parent makes the unique id and forks the ranks (none has touched CUDA before);
+ * The parent forks the ranks before anything starts a thread or touches CUDA; rank 0 makes
+ * the unique id and sends it to the others through pipes, as an MPI program broadcasts it;
  * NCCL_PROGRAM_EXPECT_LIB=TEXT makes it check that the libnccl answering has TEXT in its
  * path. Prints "PASS" at the end; a failed check prints "FAIL ..." and exits 1. */
 #ifndef _GNU_SOURCE
@@ -104,16 +105,26 @@ int main(int argc, char** argv) {
     printf("FAIL the library answering is %s, not one with '%s' in its path\n", lib, want);
     return 1;
   }
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) {
-    printf("FAIL ncclGetUniqueId\n");
-    return 1;
-  }
+  int pipes[16][2];
+  for (int r = 1; r < n; r++)
+    if (pipe(pipes[r]) != 0) {
+      printf("FAIL pipe\n");
+      return 1;
+    }
   fflush(stdout);
   pid_t pids[16];
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
-    if (pids[r] == 0) _exit(rankMain(r, n, iters, id));
+    if (pids[r] != 0) continue;
+    ncclUniqueId id;
+    if (r == 0) {
+      if (ncclGetUniqueId(&id) != ncclSuccess) _exit(3);
+      for (int p = 1; p < n; p++)
+        if (write(pipes[p][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) _exit(4);
+    } else if (read(pipes[r][0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+      _exit(5);
+    }
+    _exit(rankMain(r, n, iters, id));
   }
   int bad = 0;
   for (int r = 0; r < n; r++) {
