@@ -510,6 +510,38 @@ TEST(GpuColls, AbortReleasesTheStream) {
   cudaStreamDestroy(st);
 }
 
+// A device collective whose peer never comes, and nobody aborts: at PAPCCL_TIMEOUT_S the
+// operation fails, the error reaches the comm, and the stream is released (a stream held
+// forever would hang the application's next synchronize).
+TEST(GpuColls, TimeoutReleasesTheStream) {
+  ScopedParam timeout("PAPCCL_TIMEOUT_S", "2");
+  papcclComm_t comms[2];
+  int devs[2] = {0, 0};
+  PC(papcclCommInitAll(comms, 2, devs));
+  cudaStream_t st;
+  CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  float* b;
+  CU(cudaMalloc(&b, 1 << 20));
+  auto t0 = std::chrono::steady_clock::now();
+  PC(papcclAllReduce(b, b, 1 << 18, papcclFloat32, papcclSum, comms[0], st));
+  bool released = false;
+  for (int i = 0; i < 1500 && !released; i++) {  // 15 s: the timeout is 2 s
+    released = cudaStreamQuery(st) == cudaSuccess;
+    if (!released) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(released) << "the stream was still held " << s << " s after the call";
+  EXPECT_GE(s, 1.5) << "released before the timeout: the peer was not awaited";
+  papcclResult_t async = papcclSuccess;
+  PC(papcclCommGetAsyncError(comms[0], &async));
+  EXPECT_NE(papcclSuccess, async) << "the timed-out operation left no error on the comm";
+  EXPECT_NE(papcclInProgress, async);
+  EXPECT_EQ(papcclSuccess, papcclCommAbort(comms[0]));
+  EXPECT_EQ(papcclSuccess, papcclCommAbort(comms[1]));
+  cudaFree(b);
+  cudaStreamDestroy(st);
+}
+
 // CUDA IPC collectives (ranks of one process read each other's arenas): exact results for
 // integer-valued floats and int32 max, in place and not, over several rounds (a 1 MiB
 // arena: 512 KiB rounds), with one stream late; then AllGather, ReduceScatter, Broadcast and
