@@ -118,7 +118,6 @@ struct simAlloc {
   int fd; /* memfd of device memory (-1 otherwise) */
   uint64_t id;
   int freed; /* poisoned, in quarantine */
-  int exportedFd; /* IPC: the peer's fd number it came from */
   pid_t exportedPid;
   uint64_t exportedId;
 };
@@ -285,14 +284,12 @@ enum {
 
 struct simEvent {
   struct simEvent* nextLive; /* the live handles (qLock) */
-  uint64_t magic;
   unsigned flags;
   int refs; /* the handle (until cudaEventDestroy) and each queued op naming it; qLock */
   uint64_t recorded; /* records enqueued */
   _Atomic uint64_t reached; /* records the stream has reached */
   uint64_t timeNs;
 };
-#define EVENT_MAGIC 0x6576656e74ull
 static void eventUnrefLocked(struct simEvent* ev);
 static struct simEvent* liveEvents; /* handles not destroyed (qLock) */
 
@@ -321,10 +318,8 @@ struct simOp {
 };
 
 struct simStream {
-  uint64_t magic;
   unsigned flags;
   int legacy;
-  int dev;
   pthread_t thread;
   int started;
   struct simOp *head, *tail;
@@ -334,13 +329,11 @@ struct simStream {
   int capturing;
   struct simStream* nextLive;
 };
-#define STREAM_MAGIC 0x73747265616dull
 
 static pthread_mutex_t qLock = PTHREAD_MUTEX_INITIALIZER; /* every queue, one lock */
 static pthread_cond_t qCond = PTHREAD_COND_INITIALIZER;
-static struct simStream* liveStreams;
-static struct simStream legacyStream = {.magic = STREAM_MAGIC, .legacy = 1};
-static int legacyLinked;
+static struct simStream legacyStream = {.legacy = 1};
+static struct simStream* liveStreams = &legacyStream; /* the legacy stream is always live */
 
 static void* streamMain(void* arg);
 
@@ -367,11 +360,6 @@ static int startLocked(struct simStream* st) {
 /* Queues op on st (takes it); the legacy stream's rules give its dependencies. */
 static cudaError_t enqueue(struct simStream* st, struct simOp* op) {
   pthread_mutex_lock(&qLock);
-  if (!legacyLinked) {
-    legacyStream.nextLive = liveStreams;
-    liveStreams = &legacyStream;
-    legacyLinked = 1;
-  }
   if (st->capturing) { /* recorded into the graph, never run */
     if (op->ev) eventUnrefLocked(op->ev);
     pthread_mutex_unlock(&qLock);
@@ -599,7 +587,6 @@ static void* streamMain(void* arg) {
   if (*pp) *pp = st->nextLive;
   pthread_cond_broadcast(&qCond);
   pthread_mutex_unlock(&qLock);
-  st->magic = 0;
   free(st);
   return NULL;
 }
@@ -942,15 +929,8 @@ SIM_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* out, unsigned int
   if (touch() != cudaSuccess) return ret(cudaErrorNoDevice);
   struct simStream* st = calloc(1, sizeof(*st));
   if (st == NULL) return ret(cudaErrorMemoryAllocation);
-  st->magic = STREAM_MAGIC;
   st->flags = flags;
-  st->dev = curDev;
   pthread_mutex_lock(&qLock);
-  if (!legacyLinked) {
-    legacyStream.nextLive = liveStreams;
-    liveStreams = &legacyStream;
-    legacyLinked = 1;
-  }
   st->nextLive = liveStreams;
   liveStreams = st;
   pthread_mutex_unlock(&qLock);
@@ -1063,7 +1043,6 @@ SIM_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* out, unsigned int f
   if (touch() != cudaSuccess) return ret(cudaErrorNoDevice);
   struct simEvent* ev = calloc(1, sizeof(*ev));
   if (ev == NULL) return ret(cudaErrorMemoryAllocation);
-  ev->magic = EVENT_MAGIC;
   ev->flags = flags;
   ev->refs = 1;
   pthread_mutex_lock(&qLock);
@@ -1095,7 +1074,6 @@ static struct simEvent* eventOf(cudaEvent_t e) {
 /* Drops one reference (qLock held); the last one frees the event. */
 static void eventUnrefLocked(struct simEvent* ev) {
   if (--ev->refs > 0) return;
-  ev->magic = 0;
   free(ev);
 }
 

@@ -485,6 +485,15 @@ TEST(GpuColls, StagingBackpressure) {
   });
 }
 
+// Whether the stream's work all completes within ms milliseconds (polled every 10 ms).
+static bool releasedWithin(cudaStream_t st, int ms) {
+  for (int waited = 0;; waited += 10) {
+    if (cudaStreamQuery(st) == cudaSuccess) return true;
+    if (waited >= ms) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 // A device collective whose peer never comes: aborting the comm releases the stream.
 TEST(GpuColls, AbortReleasesTheStream) {
   papcclComm_t comms[2];
@@ -499,12 +508,7 @@ TEST(GpuColls, AbortReleasesTheStream) {
   EXPECT_EQ(cudaErrorNotReady, cudaStreamQuery(st)) << "the stream did not wait for the peer";
   EXPECT_EQ(papcclSuccess, papcclCommAbort(comms[0]));
   // Bounded: the stream must be released by the abort, not by some timeout.
-  bool released = false;
-  for (int i = 0; i < 500 && !released; i++) {
-    released = cudaStreamQuery(st) == cudaSuccess;
-    if (!released) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_TRUE(released) << "the stream was still held 5 s after the abort";
+  EXPECT_TRUE(releasedWithin(st, 5000)) << "the stream was still held 5 s after the abort";
   EXPECT_EQ(papcclSuccess, papcclCommAbort(comms[1]));
   cudaFree(b);
   cudaStreamDestroy(st);
@@ -524,11 +528,7 @@ TEST(GpuColls, TimeoutReleasesTheStream) {
   CU(cudaMalloc(&b, 1 << 20));
   auto t0 = std::chrono::steady_clock::now();
   PC(papcclAllReduce(b, b, 1 << 18, papcclFloat32, papcclSum, comms[0], st));
-  bool released = false;
-  for (int i = 0; i < 1500 && !released; i++) {  // 15 s: the timeout is 2 s
-    released = cudaStreamQuery(st) == cudaSuccess;
-    if (!released) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  bool released = releasedWithin(st, 15000);  // the timeout is 2 s
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(released) << "the stream was still held " << s << " s after the call";
   EXPECT_GE(s, 1.5) << "released before the timeout: the peer was not awaited";
