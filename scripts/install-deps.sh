@@ -23,7 +23,9 @@ required=(
 # Nice to have; a missing one is reported, never fatal. libgloo-dev: Gloo, for comparison
 # benchmarks (Debian 12 has it; some releases do not). python3-matplotlib: perf/plot.py.
 # ucx-utils: ucx_perftest, the transport's own limit in scripts/bench-hosts.sh.
-optional=(libgloo-dev python3-matplotlib ucx-utils)
+# python3-torch, libtorch-dev, pybind11-dev: the torch.distributed backend (python/papccl)
+# and its tests, with Debian's python3.
+optional=(libgloo-dev python3-matplotlib ucx-utils python3-torch libtorch-dev pybind11-dev)
 
 log() { echo "install-deps: $*"; }
 

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+// The torch.distributed backend "papccl": a c10d process group over papccl's public C API.
+// docs/PYTORCH.md describes the design; python/papccl/torch.py registers it.
+#pragma once
+
+#include <papccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+// torch 1.13 (Debian 12) extends c10d through ProcessGroup; torch 2.x through c10d::Backend,
+// registered per device type. PAPCCL_TORCH_BACKEND_API selects the base class; every method
+// below keeps the same signature in both.
+#if defined(PAPCCL_TORCH_BACKEND_API)
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#define PAPCCL_TORCH_BASE c10d::Backend
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#define PAPCCL_TORCH_BASE c10d::ProcessGroup
+#endif
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+namespace papccl_torch {
+
+// One operation's completion: the Work torch hands back, its future (DDP and comm hooks
+// chain on it) and the tensors that hold its result.
+class WorkPapccl : public c10d::Work {
+ public:
+  WorkPapccl(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs);
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  // Marks the work done (exception null) or failed; wakes waiters, completes the future.
+  void complete(std::exception_ptr exception);
+  const char* name() const { return name_; }
+
+ private:
+  const char* name_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// A queued operation in two phases: issue calls papccl (inside a papccl group when the
+// operation is part of a coalesced batch), finish runs after the data has moved (copies out
+// of staging buffers, bitwise folds). Both throw on error.
+struct Op {
+  c10::intrusive_ptr<WorkPapccl> work;
+  std::function<void(papcclComm_t)> issue;
+  std::function<void()> finish;
+  bool collective = true; // has an arrival record (papcclCommGetPapStats)
+};
+
+// What the worker runs at once: one op, or the ops of a coalesced batch as one papccl group.
+struct Batch {
+  std::vector<Op> ops;
+  std::chrono::milliseconds timeout{0};
+};
+
+// One collective's arrival pattern as this rank saw it (papcclPapStats' "last" fields).
+struct ArrivalRecord {
+  uint64_t seq = 0;
+  std::string op;
+  std::string algo;
+  bool complete = false;
+  int lateRank = -1;
+  double skewUs = 0, tailUs = 0, timeInCollUs = 0, planWaitUs = 0;
+  std::vector<int> order;
+  std::vector<double> latenessUs;
+};
+
+class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
+ public:
+  // uniqueId: papcclUniqueId's bytes, made by rank 0 and shared through the c10d store.
+  ProcessGroupPapccl(const std::string& uniqueId, int rank, int size,
+                     std::chrono::milliseconds timeout);
+  ~ProcessGroupPapccl() override;
+
+  const std::string getBackendName() const override { return "papccl"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  void startCoalescing() override;
+  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) override;
+
+  // PAP telemetry: the cumulative statistics and the last `last` arrival records.
+  papcclPapStats papStats();
+  std::vector<ArrivalRecord> arrivalHistory(size_t last);
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // Aborts the communicator now: queued and running operations fail, later ones too.
+  void abortComm(const std::string& why);
+
+ private:
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
+                                         std::vector<at::Tensor> outputs,
+                                         std::function<void(papcclComm_t)> issue,
+                                         std::function<void()> finish, bool collective,
+                                         std::chrono::milliseconds timeout);
+  void workerLoop();
+  void watchdogLoop();
+  void recordArrival(const char* name);
+  std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
+  [[noreturn]] void fail(const char* op, const std::string& what) const;
+
+  papcclComm_t comm_ = nullptr;
+  const std::chrono::milliseconds timeout_;
+
+  std::mutex mu_;
+  std::condition_variable workCv_; // the worker waits for a batch
+  std::condition_variable watchCv_; // the watchdog waits for a deadline
+  std::deque<Batch> queue_;
+  bool stop_ = false;
+  bool running_ = false; // the worker is inside a batch
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::milliseconds runningTimeout_{0};
+  std::string runningName_;
+  bool aborted_ = false; // comm_ was aborted (freed): nothing may touch it again
+  std::string brokenWhy_; // non-empty: every later op fails with this
+  // Coalescing (batch_isend_irecv): ops collect here until endCoalescing.
+  bool coalescing_ = false;
+  Batch coalesced_;
+
+  std::mutex statsMu_;
+  std::deque<ArrivalRecord> history_;
+  uint64_t lastSeq_ = 0;
+
+  std::thread worker_;
+  std::thread watchdog_;
+};
+
+} // namespace papccl_torch

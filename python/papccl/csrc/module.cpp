@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+// papccl._papccl_torch: the process group class and the unique id, for python/papccl/torch.py.
+#include <torch/python.h>
+
+#include <cstring>
+
+#include "ProcessGroupPapccl.hpp"
+
+namespace py = pybind11;
+using papccl_torch::ArrivalRecord;
+using papccl_torch::ProcessGroupPapccl;
+
+namespace {
+
+py::dict recordDict(const ArrivalRecord& a) {
+  py::dict d;
+  d["seq"] = a.seq;
+  d["op"] = a.op;
+  d["algo"] = a.algo;
+  d["complete"] = a.complete;
+  d["late_rank"] = a.lateRank;
+  d["skew_us"] = a.skewUs;
+  d["tail_us"] = a.tailUs;
+  d["time_in_coll_us"] = a.timeInCollUs;
+  d["plan_wait_us"] = a.planWaitUs;
+  d["order"] = a.order;
+  d["lateness_us"] = a.latenessUs;
+  return d;
+}
+
+py::dict statsDict(const papcclPapStats& s) {
+  int n = std::min(s.nranks, PAPCCL_PAP_STATS_MAX_RANKS);
+  py::dict d;
+  d["nranks"] = s.nranks;
+  d["ops"] = s.ops;
+  d["complete_ops"] = s.completeOps;
+  d["pap_ops"] = s.papOps;
+  d["avg_skew_us"] = s.avgSkewUs;
+  d["max_skew_us"] = s.maxSkewUs;
+  d["avg_tail_us"] = s.avgTailUs;
+  d["avg_time_in_coll_us"] = s.avgTimeInCollUs;
+  d["late_count"] = std::vector<uint64_t>(s.lateCount, s.lateCount + n);
+  d["avg_lateness_us"] = std::vector<double>(s.avgLatenessUs, s.avgLatenessUs + n);
+  d["habitual_late_rank"] = s.habitualLateRank;
+  d["expected_wait_us"] = s.lastExpectedWaitUs;
+  return d;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_papccl_torch, m) {
+  m.doc() = "papccl's torch.distributed process group (import papccl.torch to register it)";
+  // The base class must be known to pybind before ours derives from it.
+  py::module::import("torch.distributed");
+
+  m.def("unique_id", [] {
+    papcclUniqueId id;
+    papcclResult_t r = papcclGetUniqueId(&id);
+    TORCH_CHECK(r == papcclSuccess, "papccl: papcclGetUniqueId failed: ", papcclGetErrorString(r),
+                ": ", papcclGetLastError(nullptr));
+    return py::bytes(id.internal, sizeof(id.internal));
+  });
+  m.def("version", [] {
+    int v = 0;
+    papcclGetVersion(&v);
+    return v;
+  });
+
+  py::class_<ProcessGroupPapccl, PAPCCL_TORCH_BASE, c10::intrusive_ptr<ProcessGroupPapccl>>(
+      m, "ProcessGroupPapccl")
+      .def(py::init([](const std::string& uid, int rank, int size, int64_t timeoutMs) {
+             return c10::make_intrusive<ProcessGroupPapccl>(uid, rank, size,
+                                                            std::chrono::milliseconds(timeoutMs));
+           }),
+           py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("timeout_ms",
+                             [](ProcessGroupPapccl& pg) { return pg.timeout().count(); })
+      .def("_pap_stats",
+           [](ProcessGroupPapccl& pg) {
+             papcclPapStats s;
+             {
+               py::gil_scoped_release nogil;
+               s = pg.papStats();
+             }
+             return statsDict(s);
+           })
+      .def("_arrival_history",
+           [](ProcessGroupPapccl& pg, size_t last) {
+             std::vector<ArrivalRecord> h;
+             {
+               py::gil_scoped_release nogil;
+               h = pg.arrivalHistory(last);
+             }
+             py::list out;
+             for (const auto& a : h) out.append(recordDict(a));
+             return out;
+           },
+           py::arg("last"))
+      .def("_abort", &ProcessGroupPapccl::abortComm, py::arg("why"),
+           py::call_guard<py::gil_scoped_release>());
+}

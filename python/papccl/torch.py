@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: Apache-2.0
+"""papccl as a torch.distributed backend.
+
+    import torch.distributed as dist
+    import papccl.torch  # registers the backend "papccl"
+
+    dist.init_process_group("papccl", init_method="env://")  # or tcp://, file://
+    dist.all_reduce(t)
+    print(papccl.torch.pap_stats())
+
+Every rank makes its communicator from a unique id that rank 0 creates and publishes in the
+group's c10d store (the store ``init_process_group`` or ``new_group`` gives the backend); the
+key carries the group's name and how many papccl groups of that name this process has made,
+so a re-initialised group never reads an old id.
+"""
+import collections
+import datetime
+import math
+import os
+import threading
+
+import torch  # noqa: F401  (the real torch: this module's name is papccl.torch)
+import torch.distributed as dist
+
+from . import _papccl_torch as _C
+
+BACKEND = "papccl"
+ProcessGroupPapccl = _C.ProcessGroupPapccl
+
+_generation = collections.Counter()
+_generation_lock = threading.Lock()
+
+
+def _timeout_ms(timeout):
+    if timeout is None:
+        timeout = datetime.timedelta(minutes=30)
+    if isinstance(timeout, datetime.timedelta):
+        ms = int(timeout.total_seconds() * 1000)
+    else:
+        ms = int(float(timeout) * 1000)
+    if ms <= 0:
+        raise ValueError("papccl: the group timeout must be positive, got %r" % (timeout,))
+    return ms
+
+
+def _create(opts, pg_options=None):
+    """The backend's creator (torch.distributed's extended API): store, rank, size, timeout
+    and the group's name come in ``opts``."""
+    store, rank, size = opts.store, opts.group_rank, opts.group_size
+    timeout_ms = _timeout_ms(opts.timeout)
+    # papccl reads its own timeout (communicator creation, every wait) once per process:
+    # unless the user chose one, it is the first group's. The watchdog of each group
+    # bounds that group's operations by its own timeout.
+    if not os.environ.get("PAPCCL_TIMEOUT_S"):
+        os.environ["PAPCCL_TIMEOUT_S"] = str(max(1, math.ceil(timeout_ms / 1000)))
+    name = opts.group_id or "default"
+    with _generation_lock:
+        _generation[name] += 1
+        key = "papccl/uid/%s/%d" % (name, _generation[name])
+    if rank == 0:
+        uid = _C.unique_id()
+        store.set(key, uid)
+    else:
+        store.wait([key], datetime.timedelta(milliseconds=timeout_ms))
+        uid = store.get(key)
+    return ProcessGroupPapccl(bytes(uid), rank, size, timeout_ms)
+
+
+def _register():
+    if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True)
+
+
+_register()
+
+
+def _papccl_group(group):
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ProcessGroupPapccl):
+        raise TypeError("papccl: %r is not a papccl process group (backend %s)"
+                        % (pg, dist.get_backend(pg)))
+    return pg
+
+
+def pap_stats(group=None, last=100):
+    """What papccl saw of the ranks' arrivals at this group's collectives, on this rank.
+
+    Returns a dict:
+      ``last``: the last collective: ``seq``, ``op``, ``algo`` (the plan papccl ran),
+        ``order`` (group ranks in arrival order), ``lateness_us`` (per rank: its arrival
+        minus the first one), ``skew_us`` (last minus first arrival), ``tail_us`` (this
+        rank's completion minus the last arrival), ``late_rank``, ``complete`` (every
+        arrival was seen), ``time_in_coll_us``, ``plan_wait_us``; None before any.
+      ``window``: the last ``last`` collectives: ``ops``, per rank ``late_count`` (times
+        last), ``mean_lateness_us`` and ``max_lateness_us``, the ``straggler`` (a rank last
+        in more than half of them, else -1), ``mean_skew_us``, ``mean_tail_us``.
+      ``total``: since the group was made (papcclCommGetPapStats): ``ops``, ``pap_ops``,
+        ``late_count``, ``avg_lateness_us``, ``avg_skew_us``, ``max_skew_us``,
+        ``avg_tail_us``, ``habitual_late_rank``, ...
+      ``history``: the window's records (dicts as ``last``), oldest first.
+    """
+    pg = _papccl_group(group)
+    if last < 1:
+        raise ValueError("papccl pap_stats: last must be >= 1, got %r" % (last,))
+    total = pg._pap_stats()
+    hist = pg._arrival_history(int(last))
+    n = total["nranks"]
+    late = [0] * n
+    lat_sum = [0.0] * n
+    lat_max = [0.0] * n
+    complete = [h for h in hist if h["complete"]]
+    for h in complete:
+        if 0 <= h["late_rank"] < n:
+            late[h["late_rank"]] += 1
+        for r, v in enumerate(h["lateness_us"][:n]):
+            lat_sum[r] += v
+            lat_max[r] = max(lat_max[r], v)
+    k = len(complete)
+    straggler = -1
+    if k:
+        top = max(range(n), key=lambda r: late[r])
+        if late[top] * 2 > k:
+            straggler = top
+    window = {
+        "ops": len(hist),
+        "complete_ops": k,
+        "late_count": late,
+        "mean_lateness_us": [s / k if k else 0.0 for s in lat_sum],
+        "max_lateness_us": lat_max,
+        "straggler": straggler,
+        "mean_skew_us": sum(h["skew_us"] for h in complete) / k if k else 0.0,
+        "mean_tail_us": sum(h["tail_us"] for h in complete) / k if k else 0.0,
+    }
+    return {"last": hist[-1] if hist else None, "window": window, "total": total,
+            "history": hist}
+
+
+def abort(group=None, why="aborted by the user"):
+    """Aborts the group's communicator: running and later operations of the group raise."""
+    _papccl_group(group)._abort(why)
+

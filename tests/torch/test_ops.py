@@ -1,0 +1,318 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every operation of the papccl backend against values computed here, on every rank.
+
+Run by launch.py with 2, 3 and 4 ranks. Each rank builds every rank's input from (rank,
+index), so the expected result of every collective is computed locally.
+"""
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from common import RANK, WORLD, check, expect_error, init, run
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
+          torch.int32, torch.int64, torch.bool]
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+N = 37  # elements: not a multiple of anything papccl chunks by
+
+
+def inp(r, dtype, n=N):
+    """Rank r's input: small values, exact in every dtype, no overflow in a product of 4."""
+    i = torch.arange(n)
+    if dtype == torch.bool:
+        return ((i + r) % 2 == 0)
+    return (((i + r) % 3) + 1).to(dtype)
+
+
+def all_inputs(dtype, n=N):
+    return [inp(r, dtype, n) for r in range(WORLD)]
+
+
+def reference(op, dtype, xs):
+    """The reduction of xs as torch computes it (in int64 / float64)."""
+    wide = torch.float64 if dtype in FLOATS else torch.int64
+    s = torch.stack([x.to(wide) for x in xs])
+    if op == "SUM":
+        v = s.sum(0)
+    elif op == "PRODUCT":
+        v = s.prod(0)
+    elif op == "MIN":
+        v = s.min(0).values
+    elif op == "MAX":
+        v = s.max(0).values
+    elif op == "AVG":
+        v = s.sum(0) / len(xs) if dtype in FLOATS else torch.div(s.sum(0), len(xs), rounding_mode="floor")
+    elif op == "PREMUL_SUM":
+        v = s.sum(0) * 2
+    else:
+        v = s[0].clone()
+        for x in s[1:]:
+            v = {"BAND": v & x, "BOR": v | x, "BXOR": v ^ x}[op]
+    if dtype == torch.bool:
+        return v != 0
+    return v.to(dtype)
+
+
+def make_op(op):
+    if op == "PREMUL_SUM":
+        return dist._make_nccl_premul_sum(2.0)
+    return getattr(dist.ReduceOp, op)
+
+
+def valid(op, dtype):
+    if op in ("BAND", "BOR", "BXOR"):
+        return dtype not in FLOATS
+    if op in ("AVG", "PREMUL_SUM"):
+        return dtype != torch.bool
+    return True
+
+
+OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "PREMUL_SUM", "BAND", "BOR", "BXOR"]
+
+
+def same(a, b, dtype):
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.allclose(a.double(), b.double(), rtol=1e-2, atol=1e-2)
+    if dtype in FLOATS:
+        return torch.allclose(a.double(), b.double(), rtol=1e-6, atol=1e-9)
+    return torch.equal(a, b)
+
+
+def test_allreduce():
+    for dtype in DTYPES:
+        for op in OPS:
+            t = inp(RANK, dtype)
+            if not valid(op, dtype):
+                expect_error(lambda: dist.all_reduce(t, op=make_op(op)), ["papccl", "allreduce"],
+                             "allreduce %s %s" % (op, dtype))
+                continue
+            dist.all_reduce(t, op=make_op(op))
+            check(same(t, reference(op, dtype, all_inputs(dtype)), dtype),
+                  "allreduce %s %s: %s" % (op, dtype, t[:6].tolist()))
+
+
+def test_reduce():
+    for dtype in DTYPES:
+        for op in OPS:
+            if not valid(op, dtype):
+                continue
+            root = (len(op) + DTYPES.index(dtype)) % WORLD
+            t = inp(RANK, dtype)
+            dist.reduce(t, root, op=make_op(op))
+            want = reference(op, dtype, all_inputs(dtype)) if RANK == root else inp(RANK, dtype)
+            check(same(t, want, dtype), "reduce %s %s root %d" % (op, dtype, root))
+
+
+def test_reduce_scatter():
+    for dtype in DTYPES:
+        for op in OPS:
+            if not valid(op, dtype):
+                continue
+            ins = [inp(RANK * WORLD + j, dtype) for j in range(WORLD)]
+            out = torch.empty(N, dtype=dtype)
+            dist.reduce_scatter(out, ins, op=make_op(op))
+            want = reference(op, dtype, [inp(r * WORLD + RANK, dtype) for r in range(WORLD)])
+            check(same(out, want, dtype), "reduce_scatter %s %s" % (op, dtype))
+            # The single-buffer form.
+            flat = torch.cat(ins)
+            out2 = torch.empty(N, dtype=dtype)
+            dist._reduce_scatter_base(out2, flat, op=make_op(op))
+            check(same(out2, want, dtype), "_reduce_scatter_base %s %s" % (op, dtype))
+
+
+def test_movement():
+    for dtype in DTYPES:
+        # broadcast from every root
+        for root in range(WORLD):
+            t = inp(RANK, dtype)
+            dist.broadcast(t, root)
+            check(torch.equal(t, inp(root, dtype)), "broadcast %s root %d" % (dtype, root))
+        # allgather, list and single-buffer forms
+        outs = [torch.empty(N, dtype=dtype) for _ in range(WORLD)]
+        dist.all_gather(outs, inp(RANK, dtype))
+        check(all(torch.equal(outs[r], inp(r, dtype)) for r in range(WORLD)), "all_gather %s" % dtype)
+        flat = torch.empty(N * WORLD, dtype=dtype)
+        dist._all_gather_base(flat, inp(RANK, dtype))
+        check(torch.equal(flat, torch.cat(all_inputs(dtype))), "_all_gather_base %s" % dtype)
+        # gather and scatter, root 1 % WORLD
+        root = 1 % WORLD
+        mine = inp(RANK, dtype)
+        gl = [torch.empty(N, dtype=dtype) for _ in range(WORLD)] if RANK == root else None
+        dist.gather(mine, gl, dst=root)
+        check(torch.equal(mine, inp(RANK, dtype)), "gather %s keeps the input" % dtype)
+        if RANK == root:
+            check(all(torch.equal(gl[r], inp(r, dtype)) for r in range(WORLD)), "gather %s" % dtype)
+        out = torch.empty(N, dtype=dtype)
+        sl = [inp(10 + r, dtype) for r in range(WORLD)] if RANK == root else None
+        dist.scatter(out, sl, src=root)
+        check(torch.equal(out, inp(10 + RANK, dtype)), "scatter %s" % dtype)
+        # all-to-all, equal splits
+        src = torch.cat([inp(RANK * WORLD + p, dtype) for p in range(WORLD)])
+        dst = torch.empty_like(src)
+        dist.all_to_all_single(dst, src)
+        want = torch.cat([inp(p * WORLD + RANK, dtype) for p in range(WORLD)])
+        check(torch.equal(dst, want), "all_to_all_single %s" % dtype)
+
+
+def test_alltoall_uneven():
+    # Rank r sends (r + p) % 3 + 1 rows of 2 to rank p; rows carry (sender, receiver, k).
+    def rows(s, p):
+        k = (s + p) % 3 + 1
+        return torch.tensor([[s * 100 + p * 10 + j, -1] for j in range(k)], dtype=torch.int64)
+
+    src = torch.cat([rows(RANK, p) for p in range(WORLD)])
+    in_splits = [rows(RANK, p).shape[0] for p in range(WORLD)]
+    out_splits = [rows(p, RANK).shape[0] for p in range(WORLD)]
+    dst = torch.empty(sum(out_splits), 2, dtype=torch.int64)
+    dist.all_to_all_single(dst, src, out_splits, in_splits)
+    check(torch.equal(dst, torch.cat([rows(p, RANK) for p in range(WORLD)])), "all_to_all_single uneven")
+    # The list form, tensors of different sizes per peer.
+    ins = [rows(RANK, p).float() for p in range(WORLD)]
+    outs = [torch.empty_like(rows(p, RANK).float()) for p in range(WORLD)]
+    dist.all_to_all(outs, ins)
+    check(all(torch.equal(outs[p], rows(p, RANK).float()) for p in range(WORLD)), "all_to_all list")
+
+
+def test_noncontiguous():
+    base = torch.arange(4 * N, dtype=torch.float32).reshape(N, 4) + RANK
+    t = base[:, 1]  # a strided column
+    check(not t.is_contiguous(), "the column is strided")
+    dist.all_reduce(t)
+    want = sum((torch.arange(4 * N, dtype=torch.float32).reshape(N, 4) + r)[:, 1] for r in range(WORLD))
+    check(torch.equal(base[:, 1], want), "allreduce on a strided view writes through")
+    check(torch.equal(base[:, 0], (torch.arange(4 * N, dtype=torch.float32).reshape(N, 4) + RANK)[:, 0]),
+          "allreduce on a strided view leaves the rest")
+    tt = (torch.arange(6, dtype=torch.float64).reshape(2, 3) + RANK).t()  # transposed
+    dist.broadcast(tt, 0)
+    check(torch.equal(tt, torch.arange(6, dtype=torch.float64).reshape(2, 3).t()), "broadcast transposed")
+    outs = [torch.empty(3, 2, dtype=torch.float64).t() for _ in range(WORLD)]
+    dist.all_gather(outs, (torch.arange(6, dtype=torch.float64).reshape(2, 3) + RANK))
+    check(all(torch.equal(outs[r], torch.arange(6, dtype=torch.float64).reshape(2, 3) + r)
+              for r in range(WORLD)), "all_gather into transposed outputs")
+
+
+def test_coalesced_and_p2p():
+    ts = [torch.full((3,), float(RANK + 1)), torch.full((5,), float(2 * RANK))]
+    dist.all_reduce_coalesced(ts)
+    s1 = sum(r + 1 for r in range(WORLD))
+    s2 = sum(2 * r for r in range(WORLD))
+    check(torch.equal(ts[0], torch.full((3,), float(s1))) and torch.equal(ts[1], torch.full((5,), float(s2))),
+          "all_reduce_coalesced")
+    # Ring exchange with batch_isend_irecv: every rank sends before it receives.
+    nxt, prv = (RANK + 1) % WORLD, (RANK - 1) % WORLD
+    if WORLD > 1:
+        send = torch.full((1000,), float(RANK))
+        recv = torch.empty(1000)
+        ops = [dist.P2POp(dist.isend, send, nxt), dist.P2POp(dist.irecv, recv, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        check(torch.equal(recv, torch.full((1000,), float(prv))), "batch_isend_irecv ring")
+        # Blocking send/recv in an order that matches.
+        for src in range(WORLD):
+            t = torch.full((7,), float(src * 3)) if src == RANK else torch.empty(7)
+            if src == RANK:
+                for dst in range(WORLD):
+                    if dst != RANK:
+                        dist.send(t, dst)
+            else:
+                dist.recv(t, src)
+                check(torch.equal(t, torch.full((7,), float(src * 3))), "send/recv from %d" % src)
+        expect_error(lambda: dist.recv(torch.empty(2)), ["papccl", "any source"], "recv from any source")
+    dist.barrier()
+
+
+def test_async_and_futures():
+    # Work objects complete in order; futures carry the result; a then() chain runs.
+    ts = [torch.full((100,), float(RANK + k)) for k in range(4)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    fut = works[-1].get_future().then(lambda f: f.value()[0] * 2)
+    for w in works:
+        w.wait()
+        check(w.is_completed() and w.is_success(), "work completed and succeeded")
+    for k, t in enumerate(ts):
+        check(torch.equal(t, torch.full((100,), float(sum(r + k for r in range(WORLD))))), "async allreduce %d" % k)
+    check(torch.equal(fut.wait(), ts[-1] * 2), "future then() chain")
+    # wait(timeout) on an op whose peer is late: rank 0 times out waiting, then waits again.
+    if WORLD > 1:
+        t = torch.ones(4)
+        if RANK == 1:
+            time.sleep(1.0)
+        w = dist.all_reduce(t, async_op=True)
+        if RANK == 0:
+            expect_error(lambda: w.wait(timeout=datetime.timedelta(milliseconds=100)),
+                         ["timed out"], "wait with a short timeout")
+        w.wait()
+        check(torch.equal(t, torch.full((4,), float(WORLD))), "the op goes on after a wait timeout")
+
+
+def test_groups():
+    if WORLD < 3:
+        return
+    g1 = dist.new_group([0, 1])
+    g2 = dist.new_group(list(range(1, WORLD)))
+    t = torch.full((5,), float(RANK))
+    if RANK in (0, 1):
+        dist.all_reduce(t, group=g1)
+        check(torch.equal(t, torch.full((5,), 1.0)), "allreduce on new_group([0, 1])")
+    t = torch.full((5,), float(RANK))
+    if RANK >= 1:
+        dist.all_reduce(t, group=g2)
+        check(torch.equal(t, torch.full((5,), float(sum(range(1, WORLD))))), "allreduce on new_group(1..)")
+        dist.broadcast(t, src=WORLD - 1, group=g2)  # global rank as src
+    dist.barrier()
+    check(dist.get_backend(g2 if RANK >= 1 else None) == "papccl", "backend name")
+
+
+def test_errors():
+    bad = torch.ones(4, dtype=torch.int16)
+    expect_error(lambda: dist.all_reduce(bad), ["papccl", "allreduce", "Short"], "int16 dtype")
+    # torch reduces complex tensors as real pairs for SUM itself; what reaches papccl as
+    # complex (a broadcast) is refused by name.
+    c = torch.full((4,), complex(RANK, 1), dtype=torch.complex64)
+    dist.all_reduce(c)
+    check(torch.equal(c, torch.full((4,), complex(sum(range(WORLD)), WORLD), dtype=torch.complex64)),
+          "complex SUM through torch's real view")
+    expect_error(lambda: dist.broadcast(torch.ones(4, dtype=torch.complex64), 0),
+                 ["papccl", "complex"], "complex broadcast")
+    sp = torch.sparse_coo_tensor(torch.tensor([[0]]), torch.tensor([1.0]), (4,))
+    expect_error(lambda: dist.all_reduce(sp), ["papccl"], "sparse tensor")
+    expect_error(lambda: dist.all_gather([torch.empty(4)] * (WORLD + 1), torch.ones(4)),
+                 ["papccl", "allgather", "output list"], "allgather with a wrong list")
+    expect_error(lambda: dist.all_gather([torch.empty(3)] * WORLD, torch.ones(4)),
+                 ["papccl", "allgather", "elements"], "allgather with mismatched sizes")
+    expect_error(lambda: dist._all_gather_base(torch.empty(4 * WORLD + 1), torch.ones(4)),
+                 ["papccl", "elements"], "_all_gather_base with a wrong size")
+    expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.float32), op=dist.ReduceOp.BAND),
+                 ["papccl", "bitwise"], "BAND on floats")
+    # The group still works after local errors.
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    check(torch.equal(t, torch.full((3,), float(WORLD))), "the group works after argument errors")
+
+
+def test_reinit():
+    """Destroy and make the default group again in this process, through file:// and
+    tcp:// (the first init was env://)."""
+    def again(method, what):
+        dist.barrier()
+        dist.destroy_process_group()
+        dist.init_process_group("papccl", init_method=method, rank=RANK, world_size=WORLD,
+                                timeout=datetime.timedelta(seconds=60))
+        t = torch.full((9,), float(RANK))
+        dist.all_reduce(t)
+        check(torch.equal(t, torch.full((9,), float(sum(range(WORLD))))), "allreduce after re-init " + what)
+        check(dist.get_backend() == "papccl", "backend after re-init " + what)
+
+    again("file://%s/store" % os.environ["PAPCCL_TEST_DIR"], "through file://")
+    again("tcp://127.0.0.1:%s" % os.environ["PAPCCL_TEST_PORT2"], "through tcp://")
+
+
+if __name__ == "__main__":
+    init(timeout=datetime.timedelta(seconds=60))
+    run([test_allreduce, test_reduce, test_reduce_scatter, test_movement, test_alltoall_uneven,
+         test_noncontiguous, test_coalesced_and_p2p, test_async_and_futures, test_groups,
+         test_errors, test_reinit])
+    dist.destroy_process_group()
