@@ -24,8 +24,9 @@ required=(
 # benchmarks (Debian 12 has it; some releases do not). python3-matplotlib: perf/plot.py.
 # ucx-utils: ucx_perftest, the transport's own limit in scripts/bench-hosts.sh.
 # python3-torch, libtorch-dev, pybind11-dev: the torch.distributed backend (python/papccl)
-# and its tests, with Debian's python3.
-optional=(libgloo-dev python3-matplotlib ucx-utils python3-torch libtorch-dev pybind11-dev)
+# and its tests, with Debian's python3; python3-sklearn: the digits dataset of its example.
+optional=(libgloo-dev python3-matplotlib ucx-utils python3-torch libtorch-dev pybind11-dev
+  python3-sklearn)
 
 log() { echo "install-deps: $*"; }
 

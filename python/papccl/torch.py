@@ -140,3 +140,22 @@ def abort(group=None, why="aborted by the user"):
     """Aborts the group's communicator: running and later operations of the group raise."""
     _papccl_group(group)._abort(why)
 
+
+
+def save_trace(path, group=None, last=4096, op="allreduce"):
+    """Writes the arrival pattern of this group's last ``last`` collectives of kind ``op``
+    (those whose every arrival this rank saw) as an arrival trace: one line per collective,
+    each rank's arrival minus the first one, in microseconds. The perf binaries replay it
+    with ``--arrival trace:PATH``. Returns the number of lines written."""
+    hist = pap_stats(group, last)["history"]
+    rows = [h for h in hist if h["complete"] and (op is None or h["op"] == op)]
+    if not rows:
+        raise ValueError("papccl save_trace: no complete %s in the last %d collectives"
+                         % (op or "collective", last))
+    n = len(rows[0]["lateness_us"])
+    with open(path, "w") as f:
+        f.write("# papccl arrival trace: %d %s calls of %d ranks; per rank: arrival minus "
+                "the first arrival, us\n" % (len(rows), op or "collective", n))
+        for h in rows:
+            f.write(" ".join("%.1f" % v for v in h["lateness_us"][:n]) + "\n")
+    return len(rows)

@@ -11,18 +11,13 @@ each is shown). The interpreter is this one (Debian's python3, which has torch).
 """
 import argparse
 import os
-import socket
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from papccl.launch import free_port, rank_env
 
 
 def run_job(nranks, script, args, timeout):
@@ -31,9 +26,7 @@ def run_job(nranks, script, args, timeout):
     procs = []
     t0 = time.monotonic()
     for r in range(nranks):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(nranks), LOCAL_RANK=str(r),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   PAPCCL_TEST_PORT2=str(port2), PAPCCL_TEST_DIR=tmp)
+        env = rank_env(r, nranks, port, {"PAPCCL_TEST_PORT2": str(port2), "PAPCCL_TEST_DIR": tmp})
         procs.append(subprocess.Popen([sys.executable, script] + args, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))

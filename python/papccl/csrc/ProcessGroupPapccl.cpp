@@ -419,8 +419,8 @@ void ProcessGroupPapccl::recordArrival(const char* name) {
   papcclPapStats s;
   if (papcclCommGetPapStats(comm_, &s) != papcclSuccess) return;
   std::lock_guard<std::mutex> lock(statsMu_);
-  if (s.ops == 0 || s.lastSeq == lastSeq_) return; // no arrival record for this op
-  lastSeq_ = s.lastSeq;
+  if (s.ops == lastOps_) return; // this op made no arrival record
+  lastOps_ = s.ops;
   ArrivalRecord a;
   a.seq = s.lastSeq;
   a.op = name;

@@ -169,7 +169,7 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
 
   std::mutex statsMu_;
   std::deque<ArrivalRecord> history_;
-  uint64_t lastSeq_ = 0;
+  uint64_t lastOps_ = 0; // papcclPapStats.ops when the last record was taken
 
   std::thread worker_;
   std::thread watchdog_;
