@@ -9,7 +9,9 @@ Writes DIR/busbw.png (bus bandwidth against size per library, balanced arrivals)
 DIR/tail.png (tail after the last arrival against skew, per pattern and library) and, with
 --timeline, DIR/timeline.png (ranks as rows: arrival, start of own work, completion); with
 --hosts, DIR/hosts.png (time per call, balanced, and tail after the late host's arrival,
-against size, per library; one panel per late host when several runs are given)."""
+against size, per library; one panel per late host when several runs are given); with
+--ddp, DIR/ddp.png (DDP step time of papccl and gloo per bucket size and straggler delay,
+one panel per rank count; the cells.tsv of perf/torch/ddp_bench.py)."""
 import argparse
 import os
 import statistics
@@ -166,12 +168,44 @@ def hosts_plot(paths, out):
     plt.close(fig)
 
 
+def ddp_plot(paths, out):
+    cells = {}  # (ranks, bucket, delay, backend) -> step ms of each round
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                c = line.rstrip("\n").split("\t")
+                if len(c) < 7 or line.startswith("#"):
+                    continue
+                cells.setdefault((int(c[6]), float(c[2]), float(c[3]), c[1]), []).append(float(c[4]))
+    if not cells:
+        sys.exit("plot.py: no DDP cells in " + " ".join(paths))
+    ranks = sorted({k[0] for k in cells})
+    fig, axes = plt.subplots(1, len(ranks), figsize=(5.5 * len(ranks), 4.2), squeeze=False)
+    for ax, n in zip(axes[0], ranks):
+        keys = sorted({(k[1], k[2]) for k in cells if k[0] == n})
+        xs = range(len(keys))
+        for off, be in ((-0.2, "papccl"), (0.2, "gloo")):
+            ys = [statistics.median(cells.get((n, b, d, be), [float("nan")])) for b, d in keys]
+            ax.bar([x + off for x in xs], ys, width=0.4, label=be)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(["%g MiB\n+%g ms" % k for k in keys], fontsize=8)
+        ax.set_xlabel("DDP bucket size, straggler's extra data-loading time")
+        ax.set_ylabel("step time (ms, median)")
+        ax.set_title(f"DDP, {n} ranks on 2 CPUs")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "ddp.png"), dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells")
     ap.add_argument("--timeline")
     ap.add_argument("--hosts", nargs="+",
                     help="cells.tsv of scripts/bench-hosts.sh --out DIR (several: one per late host)")
+    ap.add_argument("--ddp", nargs="+", help="cells.tsv of perf/torch/ddp_bench.py (several: one per rank count)")
     ap.add_argument("--out", default=".")
     ap.add_argument("--ranks", type=int, help="rank count to plot (default: the first in the cells)")
     a = ap.parse_args()
@@ -186,6 +220,8 @@ def main():
         timeline_plot(a.timeline, a.out)
     if a.hosts:
         hosts_plot(a.hosts, a.out)
+    if a.ddp:
+        ddp_plot(a.ddp, a.out)
     print(f"plot.py: wrote the plots to {a.out}")
 
 

@@ -214,9 +214,9 @@ do_format() {
     echo "note: $("$cf" --version) is not version 14; its output may differ from CI's"
   fi
   local files=() dirs=()
-  for d in include src kernels transport tests perf; do [ -d "$d" ] && dirs+=("$d"); done
+  for d in include src kernels transport tests perf python; do [ -d "$d" ] && dirs+=("$d"); done
   mapfile -t files < <(find "${dirs[@]}" -type f \( -name '*.c' -o -name '*.h' -o \
-    -name '*.cc' -o -name '*.cu' -o -name '*.cuh' \) | sort)
+    -name '*.cc' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
   if [ ${#files[@]} -eq 0 ]; then
     echo "no sources to check"
     return 0

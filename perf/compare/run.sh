@@ -9,7 +9,8 @@
 #   temp dir), NRANKS (rank counts, "4"; e.g. "2 4 8"), ROUNDS (3), ITERS (20), WARMUP (10),
 #   MIN_MS (20: a cell's timed calls last at least this long, up to 50 x ITERS calls: 20
 #   calls of a few microseconds are the start-up transient of every library),
-#   PATTERNS ("balanced:0 late:2000 late:20000 staircase:20000"),
+#   PATTERNS ("balanced:0 late:2000 late:20000 staircase:20000"; trace:FILE replays a
+#   recorded arrival pattern, e.g. one that papccl.torch.save_trace wrote in training),
 #   LIBS ("papccl openmpi gloo-ring gloo-halving_doubling"),
 #   SIZES (all_reduce sizes as -b/-e/-f, "-b 64K -e 16M -f 16"; e.g. "-b 8 -e 64M -f 8", or a
 #   list, "--sizes 8,64K,1M,16M")
@@ -41,7 +42,7 @@ if command -v ompi_info >/dev/null && ompi_info 2>/dev/null | grep -q 'MCA btl: 
 fi
 
 run_lib() { # lib pattern skew round nranks
-  local lib=$1 pat=$2 skew=$3 n=$5 log="$OUT/$1-$2-$3-n$5-r$4.log"
+  local lib=$1 pat=$2 skew=$3 n=$5 log="$OUT/$1-${2//\//_}-$3-n$5-r$4.log"
   local args=("${SIZES[@]}" -n "$ITERS" -w "$WARMUP" --min-ms "$MIN_MS" --arrival "$pat" --skew "$skew")
   local mpirun=(mpirun "${mpiopts[@]}" -np "$n")
   case $lib in
@@ -71,7 +72,10 @@ for round in $(seq 1 "$ROUNDS"); do
   for n in $NRANKS; do
     for p in $PATTERNS; do
       for lib in $LIBS; do
-        run_lib "$lib" "${p%%:*}" "${p#*:}" "$round" "$n"
+        case $p in
+        trace:*) run_lib "$lib" "$p" 0 "$round" "$n" ;; # a recorded pattern: trace:FILE
+        *) run_lib "$lib" "${p%%:*}" "${p#*:}" "$round" "$n" ;;
+        esac
       done
     done
   done

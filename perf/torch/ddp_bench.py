@@ -11,7 +11,7 @@ fresh DDP model (same seed), runs --warmup steps, then --steps timed steps; a st
 straggler's sleep (on the last rank), forward, backward (DDP's bucketed allreduces) and the
 optimizer step, timed on every rank; the cell's value is the median over steps of the
 slowest rank's step. Rank 0 writes DIR/cells.tsv (round, backend, bucket MiB, delay ms, step
-ms, papccl tail us) and prints medians over rounds with the papccl/gloo ratio. For every
+ms, papccl tail us, ranks) and prints medians over rounds with the papccl/gloo ratio. For every
 papccl cell with a straggler it writes the arrival pattern of the last round's timed steps'
 allreduces as DIR/trace-b{bucket}-d{delay}.txt (``--arrival trace:FILE``).
 """
@@ -104,7 +104,7 @@ def main():
                             path = os.path.join(args.out, "trace-b%g-d%g.txt" % (b, d))
                             pt.save_trace(path, last=min(n_ar, 4096))
                     if rank == 0:
-                        tsv.write("%d\t%s\t%g\t%g\t%.3f\t%s\n" % (rnd, be, b, d, step_ms, tail))
+                        tsv.write("%d\t%s\t%g\t%g\t%.3f\t%s\t%d\n" % (rnd, be, b, d, step_ms, tail, world))
                         tsv.flush()
                         cells.setdefault((b, d, be), []).append(step_ms)
     if rank == 0:

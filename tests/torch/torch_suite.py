@@ -26,9 +26,15 @@ DistTestCases.backend_feature["subgroup"].add("papccl")
 DistTestCases.skip_collective["sendrecv anysource"].add("papccl")
 DistTestCases.skip_collective["allgather_coalesced"].add("papccl")
 
+import logging  # noqa: E402
+
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest, TestDistBackend)
+
+
+# The suite logs every process start at INFO; keep the verbose result lines readable.
+logging.getLogger().setLevel(logging.WARNING)
 
 
 class TestPapcclBackend(TestDistBackend, DistributedTest._DistTestBase):

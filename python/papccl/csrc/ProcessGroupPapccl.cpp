@@ -29,21 +29,42 @@ void call(papcclResult_t r, const char* what) {
   if (r != papcclSuccess) throw CallError(r, what);
 }
 
-const char* dtypeName(at::ScalarType t) { return c10::toString(t); }
+const char* dtypeName(at::ScalarType t) {
+  return c10::toString(t);
+}
 
 // papccl's datatype for a tensor's dtype; bool travels as uint8 (0 or 1).
 bool papcclType(at::ScalarType t, papcclDataType_t* out) {
   switch (t) {
-    case at::kFloat: *out = papcclFloat32; return true;
-    case at::kDouble: *out = papcclFloat64; return true;
-    case at::kHalf: *out = papcclFloat16; return true;
-    case at::kBFloat16: *out = papcclBfloat16; return true;
-    case at::kChar: *out = papcclInt8; return true;
-    case at::kByte: *out = papcclUint8; return true;
-    case at::kBool: *out = papcclUint8; return true;
-    case at::kInt: *out = papcclInt32; return true;
-    case at::kLong: *out = papcclInt64; return true;
-    default: return false;
+  case at::kFloat:
+    *out = papcclFloat32;
+    return true;
+  case at::kDouble:
+    *out = papcclFloat64;
+    return true;
+  case at::kHalf:
+    *out = papcclFloat16;
+    return true;
+  case at::kBFloat16:
+    *out = papcclBfloat16;
+    return true;
+  case at::kChar:
+    *out = papcclInt8;
+    return true;
+  case at::kByte:
+    *out = papcclUint8;
+    return true;
+  case at::kBool:
+    *out = papcclUint8;
+    return true;
+  case at::kInt:
+    *out = papcclInt32;
+    return true;
+  case at::kLong:
+    *out = papcclInt64;
+    return true;
+  default:
+    return false;
   }
 }
 
@@ -81,7 +102,9 @@ void checkSame(const char* op, const at::Tensor& ref, const at::Tensor& t, const
 }
 
 // A contiguous buffer for a tensor: the tensor itself when it is contiguous, else a copy.
-at::Tensor staged(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+at::Tensor staged(const at::Tensor& t) {
+  return t.is_contiguous() ? t : t.contiguous();
+}
 
 void copyBack(const at::Tensor& user, const at::Tensor& buf) {
   if (!user.is_same(buf)) user.copy_(buf.view(user.sizes()));
@@ -108,37 +131,46 @@ Reduction reduction(const char* opname, const c10d::ReduceOp& rop, const at::Ten
   const bool isBool = t.scalar_type() == at::kBool;
   const bool isInt = at::isIntegralType(t.scalar_type(), /*includeBool=*/false);
   switch (rop.op_) {
-    case c10d::ReduceOp::SUM: r.op = isBool ? papcclMax : papcclSum; break; // logical or
-    case c10d::ReduceOp::PRODUCT: r.op = isBool ? papcclMin : papcclProd; break; // and
-    case c10d::ReduceOp::MIN: r.op = papcclMin; break;
-    case c10d::ReduceOp::MAX: r.op = papcclMax; break;
-    case c10d::ReduceOp::AVG:
-      TORCH_CHECK(!isBool, "papccl ", opname, ": ReduceOp.AVG is not defined for bool");
-      r.op = papcclAvg;
-      break;
-    case c10d::ReduceOp::BAND:
-    case c10d::ReduceOp::BOR:
-    case c10d::ReduceOp::BXOR:
-      TORCH_CHECK(isInt || isBool, "papccl ", opname,
-                  ": bitwise reductions need an integer or bool tensor, got ",
-                  dtypeName(t.scalar_type()));
-      r.bitwise = true;
-      break;
-    case c10d::ReduceOp::PREMUL_SUM: {
-      TORCH_CHECK(!isBool, "papccl ", opname, ": ReduceOp.PREMUL_SUM is not defined for bool");
-      auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(rop.supplement_.get());
-      TORCH_CHECK(sup != nullptr, "papccl ", opname, ": PREMUL_SUM without its factor");
-      if (!sup->tensor_factors.empty()) {
-        TORCH_CHECK(sup->tensor_factors.size() == 1 && sup->tensor_factors[0].numel() == 1,
-                    "papccl ", opname, ": PREMUL_SUM takes one one-element factor tensor");
-        r.factor = sup->tensor_factors[0].to(at::kCPU).item<double>();
-      } else {
-        r.factor = sup->double_factor;
-      }
-      r.premul = true;
-      break;
+  case c10d::ReduceOp::SUM:
+    r.op = isBool ? papcclMax : papcclSum;
+    break;  // logical or
+  case c10d::ReduceOp::PRODUCT:
+    r.op = isBool ? papcclMin : papcclProd;
+    break;  // and
+  case c10d::ReduceOp::MIN:
+    r.op = papcclMin;
+    break;
+  case c10d::ReduceOp::MAX:
+    r.op = papcclMax;
+    break;
+  case c10d::ReduceOp::AVG:
+    TORCH_CHECK(!isBool, "papccl ", opname, ": ReduceOp.AVG is not defined for bool");
+    r.op = papcclAvg;
+    break;
+  case c10d::ReduceOp::BAND:
+  case c10d::ReduceOp::BOR:
+  case c10d::ReduceOp::BXOR:
+    TORCH_CHECK(isInt || isBool, "papccl ", opname,
+                ": bitwise reductions need an integer or bool tensor, got ",
+                dtypeName(t.scalar_type()));
+    r.bitwise = true;
+    break;
+  case c10d::ReduceOp::PREMUL_SUM: {
+    TORCH_CHECK(!isBool, "papccl ", opname, ": ReduceOp.PREMUL_SUM is not defined for bool");
+    auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(rop.supplement_.get());
+    TORCH_CHECK(sup != nullptr, "papccl ", opname, ": PREMUL_SUM without its factor");
+    if (!sup->tensor_factors.empty()) {
+      TORCH_CHECK(sup->tensor_factors.size() == 1 && sup->tensor_factors[0].numel() == 1, "papccl ",
+                  opname, ": PREMUL_SUM takes one one-element factor tensor");
+      r.factor = sup->tensor_factors[0].to(at::kCPU).item<double>();
+    } else {
+      r.factor = sup->double_factor;
     }
-    default: TORCH_CHECK(false, "papccl ", opname, ": unsupported reduce op ", int(rop.op_));
+    r.premul = true;
+    break;
+  }
+  default:
+    TORCH_CHECK(false, "papccl ", opname, ": unsupported reduce op ", int(rop.op_));
   }
   return r;
 }
@@ -180,19 +212,26 @@ void withOp(const Reduction& red, const at::Tensor& like, papcclComm_t comm, F&&
   call(papcclRedOpDestroy(op, comm), "papcclRedOpDestroy");
 }
 
-} // namespace
+}  // namespace
 
 // ---- Work -----------------------------------------------------------------------------------
 
 WorkPapccl::WorkPapccl(int rank, c10d::OpType type, const char* name,
                        std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type), name_(name), outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+    : c10d::Work(rank, type),
+      name_(name),
+      outputs_(std::move(outputs)),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
-std::vector<at::Tensor> WorkPapccl::result() { return outputs_; }
+std::vector<at::Tensor> WorkPapccl::result() {
+  return outputs_;
+}
 
-c10::intrusive_ptr<c10::ivalue::Future> WorkPapccl::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> WorkPapccl::getFuture() {
+  return future_;
+}
 
 bool WorkPapccl::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -263,10 +302,12 @@ void ProcessGroupPapccl::fail(const char* op, const std::string& what) const {
   TORCH_CHECK(false, "papccl ", op, " on rank ", rank_, ": ", what);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::enqueue(
-    c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-    std::function<void(papcclComm_t)> issue, std::function<void()> finish, bool collective,
-    std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::enqueue(c10d::OpType type, const char* name,
+                                                           std::vector<at::Tensor> outputs,
+                                                           std::function<void(papcclComm_t)> issue,
+                                                           std::function<void()> finish,
+                                                           bool collective,
+                                                           std::chrono::milliseconds timeout) {
   auto work = c10::make_intrusive<WorkPapccl>(rank_, type, name, std::move(outputs));
   Op op{work, std::move(issue), std::move(finish), collective};
   {
@@ -293,7 +334,7 @@ void ProcessGroupPapccl::startCoalescing() {
 }
 
 void ProcessGroupPapccl::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) {
-  (void)reqs; // the works of the batch were handed out as their ops were called
+  (void)reqs;  // the works of the batch were handed out as their ops were called
   {
     std::lock_guard<std::mutex> lock(mu_);
     TORCH_CHECK(coalescing_, "papccl: endCoalescing without startCoalescing");
@@ -312,7 +353,7 @@ void ProcessGroupPapccl::workerLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       workCv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return; // stopping, and everything queued has run
+      if (queue_.empty()) return;  // stopping, and everything queued has run
       batch = std::move(queue_.front());
       queue_.pop_front();
       broken = brokenWhy_;
@@ -381,7 +422,8 @@ void ProcessGroupPapccl::workerLoop() {
           << "): " << what;
       error = std::make_exception_ptr(std::runtime_error(msg.str()));
     }
-    for (auto& op : batch.ops) op.work->complete(error);
+    for (auto& op : batch.ops)
+      op.work->complete(error);
   }
 }
 
@@ -419,7 +461,7 @@ void ProcessGroupPapccl::recordArrival(const char* name) {
   papcclPapStats s;
   if (papcclCommGetPapStats(comm_, &s) != papcclSuccess) return;
   std::lock_guard<std::mutex> lock(statsMu_);
-  if (s.ops == lastOps_) return; // this op made no arrival record
+  if (s.ops == lastOps_) return;  // this op made no arrival record
   lastOps_ = s.ops;
   ArrivalRecord a;
   a.seq = s.lastSeq;
@@ -436,7 +478,8 @@ void ProcessGroupPapccl::recordArrival(const char* name) {
   a.latenessUs.assign(s.lastLatenessUs, s.lastLatenessUs + n);
   history_.push_back(std::move(a));
   const size_t kKeep = 4096;
-  while (history_.size() > kKeep) history_.pop_front();
+  while (history_.size() > kKeep)
+    history_.pop_front();
 }
 
 papcclPapStats ProcessGroupPapccl::papStats() {
@@ -458,7 +501,7 @@ std::vector<ArrivalRecord> ProcessGroupPapccl::arrivalHistory(size_t last) {
 // ---- Collectives ----------------------------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::broadcast(std::vector<at::Tensor>& tensors,
-                                                            const c10d::BroadcastOptions& opts) {
+                                                             const c10d::BroadcastOptions& opts) {
   checkOne("broadcast", tensors);
   checkRoot("broadcast", opts.rootRank, size_);
   TORCH_CHECK(opts.rootTensor == 0, "papccl broadcast: rootTensor must be 0");
@@ -475,7 +518,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::broadcast(std::vector<at::Ten
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce(std::vector<at::Tensor>& tensors,
-                                                            const c10d::AllreduceOptions& opts) {
+                                                             const c10d::AllreduceOptions& opts) {
   checkOne("allreduce", tensors);
   at::Tensor t = tensors[0], buf = staged(t);
   Reduction red = reduction("allreduce", opts.reduceOp, t);
@@ -506,9 +549,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK(!tensors.empty(), "papccl allreduce_coalesced: no tensors");
-  for (const auto& t : tensors) checkSame("allreduce_coalesced", tensors[0], t, "a tensor");
+  for (const auto& t : tensors)
+    checkSame("allreduce_coalesced", tensors[0], t, "a tensor");
   std::vector<at::Tensor> flat;
-  for (const auto& t : tensors) flat.push_back(t.reshape(-1));
+  for (const auto& t : tensors)
+    flat.push_back(t.reshape(-1));
   at::Tensor buf = at::cat(flat);
   std::vector<at::Tensor> one{buf};
   Reduction red = reduction("allreduce_coalesced", opts.reduceOp, buf);
@@ -549,7 +594,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce_coalesced(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::reduce(std::vector<at::Tensor>& tensors,
-                                                         const c10d::ReduceOptions& opts) {
+                                                          const c10d::ReduceOptions& opts) {
   checkOne("reduce", tensors);
   checkRoot("reduce", opts.rootRank, size_);
   TORCH_CHECK(opts.rootTensor == 0, "papccl reduce: rootTensor must be 0");
@@ -592,8 +637,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   checkOne("allgather", inputs);
-  TORCH_CHECK(outputs.size() == 1, "papccl allgather: takes one output list, got ",
-              outputs.size());
+  TORCH_CHECK(outputs.size() == 1, "papccl allgather: takes one output list, got ", outputs.size());
   TORCH_CHECK((int)outputs[0].size() == size_, "papccl allgather: the output list has ",
               outputs[0].size(), " tensors, the group ", size_, " ranks");
   at::Tensor in = staged(inputs[0]);
@@ -622,8 +666,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   checkTensor("_allgather_base", input, "input");
   checkSame("_allgather_base", input, output, "output");
-  TORCH_CHECK(output.numel() == (int64_t)size_ * input.numel(), "papccl _allgather_base: output has ",
-              output.numel(), " elements, expected ", size_, " x ", input.numel());
+  TORCH_CHECK(output.numel() == (int64_t)size_ * input.numel(),
+              "papccl _allgather_base: output has ", output.numel(), " elements, expected ", size_,
+              " x ", input.numel());
   at::Tensor in = staged(input), out = staged(output), user = output;
   return enqueue(
       c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output},
@@ -695,7 +740,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::scatter(
   } else {
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "papccl scatter: only the root passes input tensors");
-    flat = out; // not read on other ranks
+    flat = out;  // not read on other ranks
   }
   return enqueue(
       c10d::OpType::SCATTER, "scatter", outputs,
@@ -716,8 +761,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::reduce_scatter(
   std::vector<at::Tensor> parts;
   for (const auto& i : inputs[0]) {
     checkSame("reduce_scatter", user, i, "an input tensor");
-    TORCH_CHECK(i.numel() == user.numel(), "papccl reduce_scatter: an input tensor has ",
-                i.numel(), " elements, the output ", user.numel());
+    TORCH_CHECK(i.numel() == user.numel(), "papccl reduce_scatter: an input tensor has ", i.numel(),
+                " elements, the output ", user.numel());
     parts.push_back(i.reshape(-1));
   }
   at::Tensor flat = at::cat(parts);
@@ -799,7 +844,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall_base(
         papcclResult_t res = papcclSuccess;
         for (int p = 0; p < n && res == papcclSuccess; p++) {
           if (p == me) continue;
-          if (sendLen[p]) res = papcclSend(s + sendOff[p] * esz, sendLen[p], dtypeOf(in), p, c, nullptr);
+          if (sendLen[p])
+            res = papcclSend(s + sendOff[p] * esz, sendLen[p], dtypeOf(in), p, c, nullptr);
           if (res == papcclSuccess && recvLen[p])
             res = papcclRecv(r + recvOff[p] * esz, recvLen[p], dtypeOf(in), p, c, nullptr);
         }
@@ -811,8 +857,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall_base(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall(std::vector<at::Tensor>& outputs,
-                                                           std::vector<at::Tensor>& inputs,
-                                                           const c10d::AllToAllOptions& opts) {
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllToAllOptions& opts) {
   int n = size_, me = rank_;
   TORCH_CHECK((int)inputs.size() == n && (int)outputs.size() == n, "papccl alltoall: needs ", n,
               " input and ", n, " output tensors, got ", inputs.size(), " and ", outputs.size());
@@ -845,7 +891,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall(std::vector<at::Tens
         call(end, "papcclGroupEnd");
       },
       [=] {
-        for (int p = 0; p < n; p++) copyBack(users[p], outs[p]);
+        for (int p = 0; p < n; p++)
+          copyBack(users[p], outs[p]);
       },
       false, opTimeout(opts.timeout));
 }
@@ -856,8 +903,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall(std::vector<at::Tens
 // papccl group, which completes them together whatever their order.
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::send(std::vector<at::Tensor>& tensors, int dst,
-                                                       int tag) {
-  (void)tag; // papccl matches in order per peer, as NCCL; tags are not carried
+                                                        int tag) {
+  (void)tag;  // papccl matches in order per peer, as NCCL; tags are not carried
   checkOne("send", tensors);
   checkRoot("send", dst, size_);
   TORCH_CHECK(dst != rank_, "papccl send: rank ", rank_, " cannot send to itself");
@@ -871,7 +918,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::send(std::vector<at::Tensor>&
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::recv(std::vector<at::Tensor>& tensors, int src,
-                                                       int tag) {
+                                                        int tag) {
   (void)tag;
   checkOne("recv", tensors);
   checkRoot("recv", src, size_);
@@ -886,11 +933,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::recv(std::vector<at::Tensor>&
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::recvAnysource(std::vector<at::Tensor>& tensors,
-                                                                int tag) {
+                                                                 int tag) {
   (void)tensors;
   (void)tag;
-  fail("recv", "receiving from any source is not supported (papccl, as NCCL, matches each "
-               "receive with one named peer); pass src");
+  fail("recv",
+       "receiving from any source is not supported (papccl, as NCCL, matches each "
+       "receive with one named peer); pass src");
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::barrier(const c10d::BarrierOptions& opts) {
@@ -906,4 +954,4 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::barrier(const c10d::BarrierOp
       nullptr, true, opTimeout(opts.timeout));
 }
 
-} // namespace papccl_torch
+}  // namespace papccl_torch

@@ -44,7 +44,9 @@ class WorkPapccl : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   // Marks the work done (exception null) or failed; wakes waiters, completes the future.
   void complete(std::exception_ptr exception);
-  const char* name() const { return name_; }
+  const char* name() const {
+    return name_;
+  }
 
  private:
   const char* name_;
@@ -59,7 +61,7 @@ struct Op {
   c10::intrusive_ptr<WorkPapccl> work;
   std::function<void(papcclComm_t)> issue;
   std::function<void()> finish;
-  bool collective = true; // has an arrival record (papcclCommGetPapStats)
+  bool collective = true;  // has an arrival record (papcclCommGetPapStats)
 };
 
 // What the worker runs at once: one op, or the ops of a coalesced batch as one papccl group.
@@ -87,7 +89,9 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
                      std::chrono::milliseconds timeout);
   ~ProcessGroupPapccl() override;
 
-  const std::string getBackendName() const override { return "papccl"; }
+  const std::string getBackendName() const override {
+    return "papccl";
+  }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -120,12 +124,9 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
-                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   void startCoalescing() override;
   void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) override;
@@ -133,7 +134,9 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
   // PAP telemetry: the cumulative statistics and the last `last` arrival records.
   papcclPapStats papStats();
   std::vector<ArrivalRecord> arrivalHistory(size_t last);
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  std::chrono::milliseconds timeout() const {
+    return timeout_;
+  }
   // Aborts the communicator now: queued and running operations fail, later ones too.
   void abortComm(const std::string& why);
 
@@ -153,26 +156,26 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
   const std::chrono::milliseconds timeout_;
 
   std::mutex mu_;
-  std::condition_variable workCv_; // the worker waits for a batch
-  std::condition_variable watchCv_; // the watchdog waits for a deadline
+  std::condition_variable workCv_;  // the worker waits for a batch
+  std::condition_variable watchCv_;  // the watchdog waits for a deadline
   std::deque<Batch> queue_;
   bool stop_ = false;
-  bool running_ = false; // the worker is inside a batch
+  bool running_ = false;  // the worker is inside a batch
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds runningTimeout_{0};
   std::string runningName_;
-  bool aborted_ = false; // comm_ was aborted (freed): nothing may touch it again
-  std::string brokenWhy_; // non-empty: every later op fails with this
+  bool aborted_ = false;  // comm_ was aborted (freed): nothing may touch it again
+  std::string brokenWhy_;  // non-empty: every later op fails with this
   // Coalescing (batch_isend_irecv): ops collect here until endCoalescing.
   bool coalescing_ = false;
   Batch coalesced_;
 
   std::mutex statsMu_;
   std::deque<ArrivalRecord> history_;
-  uint64_t lastOps_ = 0; // papcclPapStats.ops when the last record was taken
+  uint64_t lastOps_ = 0;  // papcclPapStats.ops when the last record was taken
 
   std::thread worker_;
   std::thread watchdog_;
 };
 
-} // namespace papccl_torch
+}  // namespace papccl_torch

@@ -46,7 +46,7 @@ py::dict statsDict(const papcclPapStats& s) {
   return d;
 }
 
-} // namespace
+}  // namespace
 
 PYBIND11_MODULE(_papccl_torch, m) {
   m.doc() = "papccl's torch.distributed process group (import papccl.torch to register it)";
@@ -85,18 +85,20 @@ PYBIND11_MODULE(_papccl_torch, m) {
              }
              return statsDict(s);
            })
-      .def("_arrival_history",
-           [](ProcessGroupPapccl& pg, size_t last) {
-             std::vector<ArrivalRecord> h;
-             {
-               py::gil_scoped_release nogil;
-               h = pg.arrivalHistory(last);
-             }
-             py::list out;
-             for (const auto& a : h) out.append(recordDict(a));
-             return out;
-           },
-           py::arg("last"))
+      .def(
+          "_arrival_history",
+          [](ProcessGroupPapccl& pg, size_t last) {
+            std::vector<ArrivalRecord> h;
+            {
+              py::gil_scoped_release nogil;
+              h = pg.arrivalHistory(last);
+            }
+            py::list out;
+            for (const auto& a : h)
+              out.append(recordDict(a));
+            return out;
+          },
+          py::arg("last"))
       .def("_abort", &ProcessGroupPapccl::abortComm, py::arg("why"),
            py::call_guard<py::gil_scoped_release>());
 }
