@@ -81,7 +81,7 @@ if [ "$tier" = full ]; then
 else
   # The matrix tests run a pairwise covering of their axes (tests/multirank/harness.h, FullMatrix).
   export PAPCCL_TEST_MATRIX=${PAPCCL_TEST_MATRIX:-pairwise}
-  plain_skip=(--no-suite soak --no-suite valgrind)
+  plain_skip=(--no-suite soak --no-suite valgrind --no-suite torch-full)
   asan_skip=(--no-suite soak)
   tsan_only=(--suite concurrency --suite gpu-sim)
   tsan_perf=false # those suites run no perf binary

@@ -398,8 +398,7 @@ void ProcessGroupPapccl::workerLoop() {
         if (batch.ops.size() == 1 && batch.ops[0].collective) recordArrival(failedOp);
       } catch (const CallError& e) {
         res = e.res;
-        what = std::string(e.what()) + " returned " + papcclGetErrorString(e.res) + ": " +
-               papcclGetLastError(comm_);
+        what = std::string(e.what()) + " returned " + papcclGetErrorString(e.res);
       } catch (...) {
         error = std::current_exception();
       }
@@ -409,8 +408,12 @@ void ProcessGroupPapccl::workerLoop() {
       running_ = false;
       if (!what.empty() && broken.empty()) {
         if (aborted_) {
-          what = brokenWhy_;
-        } else if (res != papcclInvalidArgument) {
+          what = brokenWhy_; // the watchdog (or abort) cancelled the call
+        } else {
+          // Under mu_: the communicator cannot be aborted (freed) while we read it.
+          what += std::string(": ") + papcclGetLastError(comm_);
+        }
+        if (!aborted_ && res != papcclInvalidArgument) {
           brokenWhy_ = std::string(failedOp) + " failed: " + what;
         }
       }
@@ -459,7 +462,10 @@ void ProcessGroupPapccl::abortComm(const std::string& why) {
 
 void ProcessGroupPapccl::recordArrival(const char* name) {
   papcclPapStats s;
-  if (papcclCommGetPapStats(comm_, &s) != papcclSuccess) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_); // not while the watchdog aborts the communicator
+    if (aborted_ || papcclCommGetPapStats(comm_, &s) != papcclSuccess) return;
+  }
   std::lock_guard<std::mutex> lock(statsMu_);
   if (s.ops == lastOps_) return;  // this op made no arrival record
   lastOps_ = s.ops;
