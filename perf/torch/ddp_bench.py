@@ -11,7 +11,7 @@ fresh DDP model (same seed), runs --warmup steps, then --steps timed steps; a st
 straggler's sleep (on the last rank), forward, backward (DDP's bucketed allreduces) and the
 optimizer step, timed on every rank; the cell's value is the median over steps of the
 slowest rank's step. Rank 0 writes DIR/cells.tsv (round, backend, bucket MiB, delay ms, step
-ms, papccl tail us, ranks) and prints medians over rounds with the papccl/gloo ratio. For every
+ms, papccl's median tail over the timed allreduces in us, ranks) and prints medians over rounds with the papccl/gloo ratio. For every
 papccl cell with a straggler it writes the arrival pattern of the last round's timed steps'
 allreduces as DIR/trace-b{bucket}-d{delay}.txt (``--arrival trace:FILE``).
 """
@@ -37,14 +37,27 @@ def make_model(width, layers):
     return nn.Sequential(*mods, nn.Linear(width, 10))
 
 
-def run_cell(pg, args, bucket_mb, delay_ms, rank, world):
+def last_seq(be):
+    """The sequence number of the papccl group's last recorded collective (-1: none)."""
+    if be != "papccl":
+        return -1
+    last = pt.pap_stats(last=1)["last"]
+    return last["seq"] if last else -1
+
+
+def run_cell(pg, be, args, bucket_mb, delay_ms, rank, world):
+    """Returns the timed steps' durations and, for papccl, the last collective's sequence
+    number before them."""
     model = DDP(make_model(args.width, args.layers), process_group=pg, bucket_cap_mb=bucket_mb)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.width, generator=g)
     y = torch.randint(0, 10, (args.batch,), generator=g)
     times = []
+    mark = -1
     for s in range(args.warmup + args.steps):
+        if s == args.warmup:
+            mark = last_seq(be)
         t0 = time.perf_counter()
         if rank == world - 1 and delay_ms > 0:
             time.sleep(delay_ms / 1000)
@@ -53,7 +66,7 @@ def run_cell(pg, args, bucket_mb, delay_ms, rank, world):
         opt.step()
         if s >= args.warmup:
             times.append(time.perf_counter() - t0)
-    return times
+    return times, mark
 
 
 def main():
@@ -88,7 +101,7 @@ def main():
             for d in delays:
                 order = ["papccl", "gloo"] if rnd % 2 == 0 else ["gloo", "papccl"]
                 for be in order:
-                    times = run_cell(groups[be], args, b, d, rank, world)
+                    times, mark = run_cell(groups[be], be, args, b, d, rank, world)
                     t = torch.tensor(times, dtype=torch.float64)
                     alls = [torch.empty_like(t) for _ in range(world)]
                     dist.all_gather(alls, t, group=groups["gloo"])
@@ -97,12 +110,11 @@ def main():
                     tail = ""
                     if be == "papccl":
                         hist = pt.pap_stats(last=4096)["history"]
-                        per_step = [h["tail_us"] for h in hist[-args.steps * 64:] if h["complete"]]
-                        tail = "%.0f" % statistics.median(per_step) if per_step else ""
+                        timed = [h["tail_us"] for h in hist if h["seq"] > mark and h["complete"]]
+                        tail = "%.0f" % statistics.median(timed) if timed else ""
                         if rank == 0 and d > 0 and rnd == args.rounds - 1:
-                            n_ar = max(1, len(hist))
                             path = os.path.join(args.out, "trace-b%g-d%g.txt" % (b, d))
-                            pt.save_trace(path, last=min(n_ar, 4096))
+                            pt.save_trace(path, since_seq=mark)
                     if rank == 0:
                         tsv.write("%d\t%s\t%g\t%g\t%.3f\t%s\t%d\n" % (rnd, be, b, d, step_ms, tail, world))
                         tsv.flush()

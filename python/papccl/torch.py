@@ -142,13 +142,14 @@ def abort(group=None, why="aborted by the user"):
 
 
 
-def save_trace(path, group=None, last=4096, op="allreduce"):
+def save_trace(path, group=None, last=4096, op="allreduce", since_seq=-1):
     """Writes the arrival pattern of this group's last ``last`` collectives of kind ``op``
-    (those whose every arrival this rank saw) as an arrival trace: one line per collective,
-    each rank's arrival minus the first one, in microseconds. The perf binaries replay it
-    with ``--arrival trace:PATH``. Returns the number of lines written."""
+    (those whose every arrival this rank saw, and whose sequence number is above
+    ``since_seq``) as an arrival trace: one line per collective, each rank's arrival minus
+    the first one, in microseconds. The perf binaries replay it with
+    ``--arrival trace:PATH``. Returns the number of lines written."""
     hist = pap_stats(group, last)["history"]
-    rows = [h for h in hist if h["complete"] and (op is None or h["op"] == op)]
+    rows = [h for h in hist if h["complete"] and h["seq"] > since_seq and (op is None or h["op"] == op)]
     if not rows:
         raise ValueError("papccl save_trace: no complete %s in the last %d collectives"
                          % (op or "collective", last))
