@@ -293,6 +293,25 @@ def test_errors():
     check(torch.equal(t, torch.full((3,), float(WORLD))), "the group works after argument errors")
 
 
+def test_objects():
+    """torch's object collectives (pickled bytes through allgather, broadcast, gather and
+    scatter of uint8 tensors)."""
+    objs = [None] * WORLD
+    dist.all_gather_object(objs, {"rank": RANK, "name": "r%d" % RANK})
+    check(objs == [{"rank": r, "name": "r%d" % r} for r in range(WORLD)], "all_gather_object")
+    lst = [("from", RANK), list(range(RANK + 3))] if RANK == 0 else [None, None]
+    dist.broadcast_object_list(lst, src=0)
+    check(lst == [("from", 0), [0, 1, 2]], "broadcast_object_list")
+    root = WORLD - 1
+    got = [None] * WORLD if RANK == root else None
+    dist.gather_object("x" * (RANK + 1), got, dst=root)
+    if RANK == root:
+        check(got == ["x" * (r + 1) for r in range(WORLD)], "gather_object")
+    out = [None]
+    dist.scatter_object_list(out, [{"to": r} for r in range(WORLD)] if RANK == 0 else None, src=0)
+    check(out == [{"to": RANK}], "scatter_object_list")
+
+
 def test_reinit():
     """Destroy and make the default group again in this process, through file:// and
     tcp:// (the first init was env://)."""
@@ -314,5 +333,5 @@ if __name__ == "__main__":
     init(timeout=datetime.timedelta(seconds=60))
     run([test_allreduce, test_reduce, test_reduce_scatter, test_movement, test_alltoall_uneven,
          test_noncontiguous, test_coalesced_and_p2p, test_async_and_futures, test_groups,
-         test_errors, test_reinit])
+         test_errors, test_objects, test_reinit])
     dist.destroy_process_group()
