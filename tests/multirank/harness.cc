@@ -315,6 +315,7 @@ std::vector<Outcome> RunProcesses(int n, const Body& body, const Options& opt) {
   while (remaining > 0) {
     for (int r = 0; r < n; r++) {
       if (pids[r] <= 0 || reaped[r]) continue;
+      if (r == opt.reapLast && remaining > 1) continue;
       int st = 0;
       pid_t p = waitpid(pids[r], &st, WNOHANG);
       if (p != pids[r]) continue;

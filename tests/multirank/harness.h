@@ -119,6 +119,9 @@ struct Options {
   double deadlineS = 300;  // hang detector: processes are killed, threads abort the run
   // Processes mode: runs in the parent while the children run (e.g. to kill one of them).
   std::function<void(const std::vector<pid_t>&)> whileRunning;
+  // Processes mode: this rank is reaped only after every other one has been (until then a
+  // dead one stays a zombie, as under a launcher that has not called wait yet); -1: none.
+  int reapLast = -1;
 };
 
 struct Outcome {

@@ -113,6 +113,43 @@ TEST_F(Faults, ParentKillsRankMidCollective) {
   ExpectKilledAndSurvivors(out, victim);
 }
 
+// A rank dies between two collectives and stays a zombie (its parent has not reaped it):
+// the survivors' next allreduce, small (the flat plan) and large (the engine's plans), fails
+// naming a dead peer long before PAPCCL_TIMEOUT_S, not at it.
+TEST_F(Faults, UnreapedDeadRankIsSeenBeforeTheTimeout) {
+  const int timeoutS = 60;
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", std::to_string(timeoutS));
+  const int n = 3, victim = 2;
+  for (size_t count : {size_t(16), size_t(1) << 20}) {
+    Options opt;
+    opt.destroy = false;
+    opt.deadlineS = 120;
+    opt.reapLast = victim;
+    auto out = RunProcesses(
+        n,
+        [&](Rank& rk) {
+          std::vector<float> buf(count, 1.0f);
+          ASSERT_EQ(papcclSuccess, papcclAllReduce(buf.data(), buf.data(), count, papcclFloat32,
+                                                   papcclSum, rk.comm, nullptr));
+          if (rk.rank == victim) raise(SIGKILL);
+          ExpectWarn any;  // the dead-peer report
+          const double t0 = NowS();
+          papcclResult_t res = papcclAllReduce(buf.data(), buf.data(), count, papcclFloat32,
+                                               papcclSum, rk.comm, nullptr);
+          const double took = NowS() - t0;
+          std::string why = papcclGetLastError(rk.comm);
+          fprintf(stderr, "rank %d, count %zu: returned %d after %.2f s: %s\n", rk.rank, count,
+                  (int)res, took, why.c_str());
+          EXPECT_NE(papcclSuccess, res);
+          EXPECT_EQ(std::string::npos, why.find("timed out")) << why;
+          EXPECT_LT(took, timeoutS / 2) << "the zombie was not seen as dead";
+          EXPECT_EQ(papcclSuccess, papcclCommAbort(rk.comm));
+        },
+        opt);
+    ExpectKilledAndSurvivors(out, victim);
+  }
+}
+
 // Rank 1 never joins the allreduce; rank 0 blocks in it until another thread aborts comm0.
 TEST_F(Faults, AbortFromAnotherThreadUnblocksWaiter) {
   std::vector<papcclComm_t> comms(2, nullptr);

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A rank that dies: the survivors' next operation raises within the group's timeout (the
-dead process is left unreaped, so no liveness check can see it: the watchdog's timeout
-does), the error names the op and the rank, the group refuses later work, and the survivors
-recover by making a new group of their own. Run by launch.py with 3 ranks."""
+"""Failures seen from Python. A rank that hangs (never calls): the others' operation raises
+at the group's timeout (the watchdog aborts the communicator), naming op and rank, and the
+group refuses later work. A rank that dies, left unreaped by its parent: the survivors' next
+operation raises, naming the dead rank, long before the timeout, and the survivors go on in
+a new group of their own. Run by launch.py with 3 ranks."""
 import datetime
 import os
 import time
@@ -13,6 +14,31 @@ import torch.distributed as dist
 from common import RANK, WORLD, check, expect_error, init, run
 
 TIMEOUT_S = 4
+LAST = WORLD - 1
+
+
+def reinit(method, world, rank):
+    dist.init_process_group("papccl", init_method=method, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=TIMEOUT_S))
+
+
+def test_hung_rank():
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    check(torch.equal(t, torch.full((8,), float(WORLD))), "allreduce before the hang")
+    if RANK == LAST:
+        time.sleep(TIMEOUT_S + 3)  # hangs: the others' allreduce times out meanwhile
+    t0 = time.monotonic()
+    text = expect_error(lambda: dist.all_reduce(torch.ones(1 << 16)),
+                        ["papccl", "allreduce", "rank %d" % RANK, "timed out"],
+                        "allreduce with a hung rank")
+    took = time.monotonic() - t0
+    print("rank %d: raised after %.2f s: %s" % (RANK, took, text.splitlines()[0] if text else ""))
+    check(took < TIMEOUT_S + 10, "raised within the timeout (%.2f s)" % took)
+    expect_error(lambda: dist.all_reduce(torch.ones(4)), ["papccl", "unusable"],
+                 "the next op on the broken group")
+    dist.destroy_process_group()
+    reinit("tcp://127.0.0.1:%s" % os.environ["PAPCCL_TEST_PORT2"], WORLD, RANK)
 
 
 def test_dead_rank():
@@ -20,21 +46,23 @@ def test_dead_rank():
     dist.all_reduce(t)
     check(torch.equal(t, torch.full((8,), float(WORLD))), "allreduce before the death")
     dist.barrier()
-    if RANK == WORLD - 1:
-        os._exit(0)  # no destroy: the process just ends (its parent reaps it later)
+    if RANK == LAST:
+        os._exit(0)  # no destroy: the process just ends (launch.py reaps it only later)
     t0 = time.monotonic()
     text = expect_error(lambda: dist.all_reduce(torch.ones(1 << 16)),
-                        ["papccl", "allreduce", "rank %d" % RANK, "timed out"],
-                        "allreduce with a dead rank")
+                        ["papccl", "allreduce", "rank %d" % RANK], "allreduce with a dead rank")
     took = time.monotonic() - t0
     print("rank %d: raised after %.2f s: %s" % (RANK, took, text.splitlines()[0] if text else ""))
+    # A rank that waits on the dead one sees its death at once ("peer 2 (pid P) exited");
+    # one that waits on a survivor which already gave up learns it at the timeout.
+    check(("%d (pid" % LAST in text and "exited" in text) or "timed out" in text,
+          "the error names the dead rank or the timeout: " + text)
     check(took < TIMEOUT_S + 10, "raised within the timeout (%.2f s)" % took)
     expect_error(lambda: dist.all_reduce(torch.ones(4)), ["papccl", "unusable"],
                  "the next op on the broken group")
-    # Recovery: abort (destroy) the group and make a new one of the survivors.
+    # Recovery: destroy the group (its communicator is aborted) and make one of the survivors.
     dist.destroy_process_group()
-    dist.init_process_group("papccl", init_method="tcp://127.0.0.1:%s" % os.environ["PAPCCL_TEST_PORT2"],
-                            rank=RANK, world_size=WORLD - 1, timeout=datetime.timedelta(seconds=60))
+    reinit("file://%s/survivors" % os.environ["PAPCCL_TEST_DIR"], WORLD - 1, RANK)
     for k in range(20):
         t = torch.full((100,), float(RANK + k))
         dist.all_reduce(t)
@@ -44,5 +72,5 @@ def test_dead_rank():
 
 if __name__ == "__main__":
     init(timeout=datetime.timedelta(seconds=TIMEOUT_S))
-    run([test_dead_rank])
+    run([test_hung_rank, test_dead_rank])
     dist.destroy_process_group()

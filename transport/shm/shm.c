@@ -2,12 +2,14 @@
 /* Shared-memory transport: per-rank POSIX segment with inbound FIFOs, board line, staging. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -131,10 +133,30 @@ struct shmState {
   char name[96];
   int unlinked;
   int* pids;
+  int* pidfds; /* per local peer process: a pidfd (readable once it exits), or -1 */
   pid_t mypid;
   struct papConn** conns; /* [nranks] */
   const volatile int* abortFlag;
 };
+
+/* A pidfd for a peer's process, opened while the peer is known to be alive (at init, after
+ * the bootstrap), so that a later pid reuse cannot fool it; -1 without pidfd support. */
+static int openPidfd(int pid) {
+#ifdef SYS_pidfd_open
+  return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0); /* close-on-exec by definition */
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+static void closePidfds(struct shmState* st) {
+  if (st->pidfds == NULL) return;
+  for (int r = 0; r < st->nranks; r++)
+    if (st->pidfds[r] >= 0) close(st->pidfds[r]);
+  free(st->pidfds);
+  st->pidfds = NULL;
+}
 
 static size_t alignUp(size_t v, size_t a) {
   return (v + a - 1) & ~(a - 1);
@@ -216,6 +238,13 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   PAP_CHECK_GOTO(papCalloc(&st->conns, (size_t)ctx->nranks), res, out_free);
   PAP_CHECK_GOTO(papCalloc(&st->pids, (size_t)ctx->nranks), res, out_free);
   memcpy(st->pids, ctx->pids, sizeof(int) * (size_t)ctx->nranks);
+  PAP_CHECK_GOTO(papCalloc(&st->pidfds, (size_t)ctx->nranks), res, out_free);
+  for (int r = 0; r < ctx->nranks; r++) {
+    st->pidfds[r] = -1;
+    if (ctx->hostIds[r] == ctx->hostIds[ctx->rank] && st->pids[r] > 0 &&
+        st->pids[r] != (int)st->mypid)
+      st->pidfds[r] = openPidfd(st->pids[r]); /* -1 where the kernel has none: kill() then */
+  }
 
   segName(st->name, sizeof(st->name), st->key, st->rank);
   size_t bytes = segBytes(st);
@@ -266,6 +295,7 @@ out_unlink:
   if (fd >= 0) close(fd);
   shm_unlink(st->name);
 out_free:
+  closePidfds(st);
   free(st->pids);
   free(st->conns);
   free(st);
@@ -595,6 +625,12 @@ static int shmPeerAlive(void* state, int peer) {
   struct shmState* st = (struct shmState*)state;
   if (peer < 0 || peer >= st->nranks || st->pids[peer] <= 0) return 1;
   if (st->pids[peer] == (int)st->mypid) return 1; /* ranks as threads: nothing to check */
+  if (st->pidfds != NULL && st->pidfds[peer] >= 0) {
+    /* A pidfd polls readable once its process has exited, reaped or not: kill(pid, 0)
+     * succeeds on a zombie, so a dead rank whose parent has not reaped it looked alive. */
+    struct pollfd pfd = {.fd = st->pidfds[peer], .events = POLLIN, .revents = 0};
+    return !(poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLIN | POLLHUP)));
+  }
   return !(kill(st->pids[peer], 0) != 0 && errno == ESRCH);
 }
 
@@ -714,6 +750,7 @@ static void shmFinalize(void* state) {
     shmClose(st->conns[p]);
   if (!st->unlinked) shm_unlink(st->name);
   munmap(st->self.base, st->self.bytes);
+  closePidfds(st);
   free(st->pids);
   free(st->conns);
   free(st);
