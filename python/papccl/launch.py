@@ -10,6 +10,7 @@ the others are stopped; the exit status is the first failing rank's.
 """
 import argparse
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,7 +19,25 @@ import time
 
 
 def free_port():
-    """A TCP port free on this host now."""
+    """A TCP port nobody holds now, taken below the kernel's ephemeral range (as papcclrun
+    does): it is released before rank 0 binds it again, and inside that range it could
+    meanwhile become the source port of any connection or a bind to port 0 on this host
+    (the tests hit that). Falls back to a kernel-chosen port when the range leaves no room."""
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(256 if lo > 10064 else 0):
+        port = rng.randrange(10000, lo)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
