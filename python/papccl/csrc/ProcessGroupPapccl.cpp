@@ -408,7 +408,7 @@ void ProcessGroupPapccl::workerLoop() {
       running_ = false;
       if (!what.empty() && broken.empty()) {
         if (aborted_) {
-          what = brokenWhy_; // the watchdog (or abort) cancelled the call
+          what = brokenWhy_;  // the watchdog (or abort) cancelled the call
         } else {
           // Under mu_: the communicator cannot be aborted (freed) while we read it.
           what += std::string(": ") + papcclGetLastError(comm_);
@@ -463,7 +463,7 @@ void ProcessGroupPapccl::abortComm(const std::string& why) {
 void ProcessGroupPapccl::recordArrival(const char* name) {
   papcclPapStats s;
   {
-    std::lock_guard<std::mutex> lock(mu_); // not while the watchdog aborts the communicator
+    std::lock_guard<std::mutex> lock(mu_);  // not while the watchdog aborts the communicator
     if (aborted_ || papcclCommGetPapStats(comm_, &s) != papcclSuccess) return;
   }
   std::lock_guard<std::mutex> lock(statsMu_);
