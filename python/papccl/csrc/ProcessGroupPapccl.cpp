@@ -212,6 +212,40 @@ void withOp(const Reduction& red, const at::Tensor& like, papcclComm_t comm, F&&
   call(papcclRedOpDestroy(op, comm), "papcclRedOpDestroy");
 }
 
+// The issue phase of an allgather of `in` into `out` (nranks x in): the list forms gather
+// through one flat buffer, and the bitwise reductions gather before they fold.
+std::function<void(papcclComm_t)> allGatherInto(const at::Tensor& in, const at::Tensor& out) {
+  return [in, out](papcclComm_t c) {
+    call(papcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in), c, nullptr),
+         "papcclAllGather");
+  };
+}
+
+// Copies row r of `flat` (n elements each) into outs[r].
+void copyRows(const at::Tensor& flat, const std::vector<at::Tensor>& outs, int64_t n) {
+  for (size_t r = 0; r < outs.size(); r++)
+    outs[r].copy_(flat.narrow(0, (int64_t)r * n, n).view(outs[r].sizes()));
+}
+
+// Sends ins[p] to every rank p and receives outs[p] from it (contiguous tensors, empty ones
+// skipped) in one papccl group; this rank's own part is a copy.
+void exchange(papcclComm_t c, int me, const std::vector<at::Tensor>& ins,
+              const std::vector<at::Tensor>& outs) {
+  outs[me].view(-1).copy_(ins[me].view(-1));
+  call(papcclGroupStart(), "papcclGroupStart");
+  papcclResult_t res = papcclSuccess;
+  for (int p = 0; p < (int)ins.size() && res == papcclSuccess; p++) {
+    if (p == me) continue;
+    if (ins[p].numel())
+      res = papcclSend(ins[p].data_ptr(), ins[p].numel(), dtypeOf(ins[p]), p, c, nullptr);
+    if (res == papcclSuccess && outs[p].numel())
+      res = papcclRecv(outs[p].data_ptr(), outs[p].numel(), dtypeOf(outs[p]), p, c, nullptr);
+  }
+  papcclResult_t end = papcclGroupEnd();
+  call(res, "papcclSend/papcclRecv");
+  call(end, "papcclGroupEnd");
+}
+
 }  // namespace
 
 // ---- Work -----------------------------------------------------------------------------------
@@ -532,12 +566,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce(std::vector<at::Ten
   if (red.bitwise) {
     at::Tensor gathered = at::empty({n, buf.numel()}, buf.options());
     return enqueue(
-        c10d::OpType::ALLREDUCE, "allreduce", tensors,
-        [=](papcclComm_t c) {
-          call(papcclAllGather(buf.data_ptr(), gathered.data_ptr(), buf.numel(), dtypeOf(buf), c,
-                               nullptr),
-               "papcclAllGather");
-        },
+        c10d::OpType::ALLREDUCE, "allreduce", tensors, allGatherInto(buf, gathered),
         [=] { bitwiseFold(red.kind, gathered, t, n); }, true, opTimeout(opts.timeout));
   }
   return enqueue(
@@ -576,11 +605,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce_coalesced(
     at::Tensor gathered = at::empty({n, buf.numel()}, buf.options());
     return enqueue(
         c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors,
-        [=](papcclComm_t c) {
-          call(papcclAllGather(buf.data_ptr(), gathered.data_ptr(), buf.numel(), dtypeOf(buf), c,
-                               nullptr),
-               "papcclAllGather");
-        },
+        allGatherInto(buf, gathered),
         [=] {
           bitwiseFold(red.kind, gathered, buf, n);
           scatterBack();
@@ -611,12 +636,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::reduce(std::vector<at::Tensor
   if (red.bitwise) {
     at::Tensor gathered = at::empty({n, buf.numel()}, buf.options());
     return enqueue(
-        c10d::OpType::REDUCE, "reduce", tensors,
-        [=](papcclComm_t c) {
-          call(papcclAllGather(buf.data_ptr(), gathered.data_ptr(), buf.numel(), dtypeOf(buf), c,
-                               nullptr),
-               "papcclAllGather");
-        },
+        c10d::OpType::REDUCE, "reduce", tensors, allGatherInto(buf, gathered),
         [=] {
           if (isRoot) bitwiseFold(red.kind, gathered, t, n);
         },
@@ -656,16 +676,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allgather(
   std::vector<at::Tensor> outs = outputs[0];
   int64_t n = in.numel();
   return enqueue(
-      c10d::OpType::ALLGATHER, "allgather", outs,
-      [=](papcclComm_t c) {
-        call(papcclAllGather(in.data_ptr(), flat.data_ptr(), n, dtypeOf(in), c, nullptr),
-             "papcclAllGather");
-      },
-      [=] {
-        for (size_t r = 0; r < outs.size(); r++)
-          outs[r].copy_(flat.narrow(0, (int64_t)r * n, n).view(outs[r].sizes()));
-      },
-      true, opTimeout(opts.timeout));
+      c10d::OpType::ALLGATHER, "allgather", outs, allGatherInto(in, flat),
+      [=] { copyRows(flat, outs, n); }, true, opTimeout(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::_allgather_base(
@@ -677,11 +689,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::_allgather_base(
               " x ", input.numel());
   at::Tensor in = staged(input), out = staged(output), user = output;
   return enqueue(
-      c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output},
-      [=](papcclComm_t c) {
-        call(papcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in), c, nullptr),
-             "papcclAllGather");
-      },
+      c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output}, allGatherInto(in, out),
       [=] { copyBack(user, out); }, true, opTimeout(opts.timeout));
 }
 
@@ -715,11 +723,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::gather(
         call(papcclGather(in.data_ptr(), flat.data_ptr(), n, dtypeOf(in), root, c, nullptr),
              "papcclGather");
       },
-      [=] {
-        for (size_t r = 0; r < outs.size(); r++)
-          outs[r].copy_(flat.narrow(0, (int64_t)r * n, n).view(outs[r].sizes()));
-      },
-      true, opTimeout(opts.timeout));
+      [=] { copyRows(flat, outs, n); }, true, opTimeout(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::scatter(
@@ -772,10 +776,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::reduce_scatter(
     parts.push_back(i.reshape(-1));
   }
   at::Tensor flat = at::cat(parts);
-  c10d::ReduceScatterOptions o = opts;
-  at::Tensor out = user;
-  auto work = _reduce_scatter_base(out, flat, o);
-  return work;
+  return _reduce_scatter_base(user, flat, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::_reduce_scatter_base(
@@ -791,12 +792,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::_reduce_scatter_base(
   if (red.bitwise) {
     at::Tensor gathered = at::empty({n, in.numel()}, in.options());
     return enqueue(
-        c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {output},
-        [=](papcclComm_t c) {
-          call(papcclAllGather(in.data_ptr(), gathered.data_ptr(), in.numel(), dtypeOf(in), c,
-                               nullptr),
-               "papcclAllGather");
-        },
+        c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {output}, allGatherInto(in, gathered),
         [=] { bitwiseFold(red.kind, gathered.narrow(1, (int64_t)me * cnt, cnt), user, n); }, true,
         opTimeout(opts.timeout));
   }
@@ -839,27 +835,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall_base(
   int me = rank_;
   TORCH_CHECK(sendLen[me] == recvLen[me], "papccl alltoall_base: this rank sends itself ",
               sendLen[me], " elements but expects ", recvLen[me]);
-  size_t esz = in.element_size();
+  std::vector<at::Tensor> ins, outs;  // each peer's part: contiguous views of the buffers
+  for (int p = 0; p < n; p++) {
+    ins.push_back(in.view(-1).narrow(0, (int64_t)sendOff[p], (int64_t)sendLen[p]));
+    outs.push_back(out.view(-1).narrow(0, (int64_t)recvOff[p], (int64_t)recvLen[p]));
+  }
   return enqueue(
       c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output},
-      [=](papcclComm_t c) {
-        auto* s = static_cast<char*>(in.data_ptr());
-        auto* r = static_cast<char*>(out.data_ptr());
-        std::memcpy(r + recvOff[me] * esz, s + sendOff[me] * esz, sendLen[me] * esz);
-        call(papcclGroupStart(), "papcclGroupStart");
-        papcclResult_t res = papcclSuccess;
-        for (int p = 0; p < n && res == papcclSuccess; p++) {
-          if (p == me) continue;
-          if (sendLen[p])
-            res = papcclSend(s + sendOff[p] * esz, sendLen[p], dtypeOf(in), p, c, nullptr);
-          if (res == papcclSuccess && recvLen[p])
-            res = papcclRecv(r + recvOff[p] * esz, recvLen[p], dtypeOf(in), p, c, nullptr);
-        }
-        papcclResult_t end = papcclGroupEnd();
-        call(res, "papcclSend/papcclRecv");
-        call(end, "papcclGroupEnd");
-      },
-      [=] { copyBack(user, out); }, false, opTimeout(opts.timeout));
+      [=](papcclComm_t c) { exchange(c, me, ins, outs); }, [=] { copyBack(user, out); }, false,
+      opTimeout(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall(std::vector<at::Tensor>& outputs,
@@ -881,21 +865,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall(std::vector<at::Tens
   }
   return enqueue(
       c10d::OpType::ALLTOALL, "alltoall", outputs,
-      [=](papcclComm_t c) {
-        outs[me].view(-1).copy_(ins[me].view(-1));
-        call(papcclGroupStart(), "papcclGroupStart");
-        papcclResult_t res = papcclSuccess;
-        for (int p = 0; p < n && res == papcclSuccess; p++) {
-          if (p == me) continue;
-          if (ins[p].numel())
-            res = papcclSend(ins[p].data_ptr(), ins[p].numel(), dtypeOf(ins[p]), p, c, nullptr);
-          if (res == papcclSuccess && outs[p].numel())
-            res = papcclRecv(outs[p].data_ptr(), outs[p].numel(), dtypeOf(outs[p]), p, c, nullptr);
-        }
-        papcclResult_t end = papcclGroupEnd();
-        call(res, "papcclSend/papcclRecv");
-        call(end, "papcclGroupEnd");
-      },
+      [=](papcclComm_t c) { exchange(c, me, ins, outs); },
       [=] {
         for (int p = 0; p < n; p++)
           copyBack(users[p], outs[p]);
