@@ -56,6 +56,10 @@ typedef enum {
 #define PAPCCL_CONFIG_UNDEF_INT INT_MIN
 #define PAPCCL_CONFIG_UNDEF_PTR NULL
 #define PAPCCL_SPLIT_NOCOLOR -1
+/* Flags of papcclCommShrink and papcclCommRevoke (NCCL's values). */
+#define PAPCCL_SHRINK_DEFAULT 0x00 /* a healthy comm: its queued operations finish first */
+#define PAPCCL_SHRINK_ABORT 0x01 /* after a failure: the comm's operations stop first */
+#define PAPCCL_REVOKE_DEFAULT 0x00
 
 /* Communicator configuration; same layout, magic and rules as ncclConfig_t (2.28).
  * Only `blocking` and `commName` change papccl's behaviour today; the other fields are
@@ -175,6 +179,23 @@ PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm);
 /* Cancels in-flight operations (they return an error in the threads running them), then
  * frees comm without talking to the peers. Safe to call from another thread. */
 PAPCCL_API papcclResult_t papcclCommAbort(papcclComm_t comm);
+/* Stops comm's operations in flight (they return an error in the threads running them) and
+ * refuses new ones; the comm stays, for papcclCommShrink, papcclCommSplit, papcclCommDestroy
+ * or papcclCommAbort (not papcclCommFinalize). Safe to call from another thread. A blocking
+ * comm returns once nothing runs; a non-blocking one may return papcclInProgress, and
+ * papcclCommGetAsyncError says papcclInProgress until then, papcclSuccess after. Local: no
+ * word to the peers. revokeFlags: PAPCCL_REVOKE_DEFAULT. */
+PAPCCL_API papcclResult_t papcclCommRevoke(papcclComm_t comm, int revokeFlags);
+/* A new communicator of comm's ranks but those in excludeRanksList, in their order (parent
+ * rank r becomes r minus the excluded ranks below it). Every remaining rank calls it with the
+ * same list; the excluded ranks do not call it (they may be dead). The excluded ranks are
+ * never contacted. shrinkFlags: PAPCCL_SHRINK_DEFAULT on a healthy comm, PAPCCL_SHRINK_ABORT
+ * after a failure (stops comm's operations first; comm is then like a revoked one). config
+ * NULL: the parent's blocking mode. comm stays valid and is destroyed or aborted as usual;
+ * the new comm is a complete one (split, shrink again, ...). */
+PAPCCL_API papcclResult_t papcclCommShrink(papcclComm_t comm, int* excludeRanksList,
+                                           int excludeRanksCount, papcclComm_t* newcomm,
+                                           papcclConfig_t* config, int shrinkFlags);
 /* The first asynchronous error of comm, or papcclInProgress while a non-blocking operation
  * is still running. Thread-safe; cheap enough to poll. */
 PAPCCL_API papcclResult_t papcclCommGetAsyncError(papcclComm_t comm, papcclResult_t* asyncError);

@@ -99,6 +99,13 @@ struct papTransportOps {
   /* 0 when peer is known to be gone (its process exited); 1 otherwise. Cheap enough to call
    * every ~100 ms while a rank waits on that peer. */
   int (*peerAlive)(void* state, int peer);
+  /* Optional: a peer whose process is gone although it did not leave in good order (depart),
+   * or -1. Such a peer fails every operation of the comm, whichever peer a rank waits on.
+   * Cheap enough for every ~100 ms of waiting. NULL: only peerAlive of awaited peers. */
+  int (*deadPeer)(void* state);
+  /* Optional: this rank leaves in good order (destroy of a healthy comm), so that its exit is
+   * no failure to peers still finishing their part of the last operation. */
+  void (*depart)(void* state);
   /* Sleeps at most timeoutNs unless something may have changed since `token` was read with
    * waitToken (so no wakeup is lost). */
   uint32_t (*waitToken)(void* state);

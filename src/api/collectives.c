@@ -32,6 +32,11 @@ static papcclResult_t collCommon(struct papOpDesc* d, const char* fn, int reduce
     res = papcclInvalidUsage;
     goto out;
   }
+  if (atomic_load_explicit(&comm->revoked, memory_order_acquire)) {
+    PAP_WARN("%s: communicator was revoked: shrink, split, destroy or abort it", fn);
+    res = papcclInvalidUsage;
+    goto out;
+  }
   PAP_CHECK_GOTO(papArgCheckType(fn, d->call.dtype), res, out);
   if (reduces) PAP_CHECK_GOTO(papArgCheckOp(comm, fn, op, d->call.dtype, d), res, out);
   int needsRoot = d->call.coll == PAP_COLL_BROADCAST || d->call.coll == PAP_COLL_REDUCE ||

@@ -333,7 +333,7 @@ static void commTeardown(struct papComm* comm) {
 papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueId* id) {
   papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
   papcclResult_t res =
-      papBootstrapInit(id, comm->rank, comm->nranks, (const volatile int*)&comm->abortFlag,
+      papBootstrapInit(id, comm->rank, comm->nranks, (const volatile int*)&comm->bsAbortFlag,
                        papParamTimeoutS(), &comm->bs);
   if (res == papcclSuccess) res = commSetup(comm);
   if (res == papcclSuccess) {
@@ -514,6 +514,20 @@ out_args:
   return res;
 }
 
+/* No operation of comm runs or waits to run, but the caller's own call. */
+static int commQuiescent(struct papComm* comm) {
+  return atomic_load_explicit(&comm->activeCalls, memory_order_seq_cst) <= 1 &&
+         atomic_load_explicit(&comm->pendingJobs, memory_order_acquire) == 0;
+}
+
+/* Sets the abort flag of comm's operations (and of its inner comms) and wakes the waits. */
+static void commStopOps(struct papComm* comm) {
+  atomic_store_explicit(&comm->abortFlag, 1, memory_order_seq_cst);
+  papHierAbortFlags(comm); /* a hierarchical call in flight waits in an inner comm */
+  if (atomic_load_explicit(&comm->transportLive, memory_order_acquire))
+    comm->tops->wake(comm->tstate);
+}
+
 /* Drains other threads' calls (the caller's own call is counted too). No deadline: each of
  * those calls ends within its own (the abort flag is set, or the comm is dead). */
 static void waitCallsDrained(struct papComm* comm) {
@@ -540,6 +554,11 @@ PAPCCL_API papcclResult_t papcclCommFinalize(papcclComm_t comm) {
   PAP_CHECK(papCommEnter(comm, "papcclCommFinalize"));
   papcclResult_t res = papcclSuccess;
   if (comm->finalized) goto out;
+  if (atomic_load_explicit(&comm->revoked, memory_order_acquire)) {
+    PAP_WARN("papcclCommFinalize: communicator was revoked; destroy it (or shrink or split it)");
+    res = papcclInvalidUsage;
+    goto out;
+  }
   /* Wait for queued non-blocking work, then a barrier: every rank is done with the comm. */
   papCommWaitPendingJobs(comm);
   res = (papcclResult_t)atomic_load_explicit(&comm->asyncError, memory_order_acquire);
@@ -572,6 +591,11 @@ PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm) {
    * every message to us belonged to an operation we completed. The one exception is rank
    * 0's arrival board on a network backend: peers still finishing a collective need it. */
   if (comm->arrival) papArrivalDrainBoard(comm);
+  /* A healthy comm is left in good order: peers still finishing the last operation must not
+   * take this process's exit for a failure (tops->deadPeer). */
+  if (comm->tstate && comm->tops->depart && !papCommAborted(comm) &&
+      atomic_load_explicit(&comm->asyncError, memory_order_acquire) == papcclSuccess)
+    comm->tops->depart(comm->tstate);
   commRelease(comm);
   return res;
 }
@@ -579,8 +603,8 @@ PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm) {
 PAPCCL_API papcclResult_t papcclCommAbort(papcclComm_t comm) {
   if (comm == NULL) return papcclSuccess; /* as NCCL */
   PAP_CHECK(papCommEnter(comm, "papcclCommAbort"));
-  atomic_store_explicit(&comm->abortFlag, 1, memory_order_seq_cst);
-  papHierAbortFlags(comm); /* a hierarchical call in flight waits in an inner comm */
+  atomic_store_explicit(&comm->bsAbortFlag, 1, memory_order_seq_cst);
+  commStopOps(comm);
   papCommSetError(comm, papcclInvalidUsage);
   commRelease(comm);
   return papcclSuccess;
@@ -595,6 +619,10 @@ PAPCCL_API papcclResult_t papcclCommGetAsyncError(papcclComm_t comm, papcclResul
   } else {
     int e = atomic_load_explicit(&comm->asyncError, memory_order_acquire);
     if (e == papcclSuccess) e = papHierAsyncError(comm);
+    /* A revoked comm: in progress until its operations have stopped, then fine for the
+     * management calls (as NCCL's). */
+    if (atomic_load_explicit(&comm->revoked, memory_order_acquire))
+      e = commQuiescent(comm) ? papcclSuccess : papcclInProgress;
     /* Device ops queued in stream order are enqueued, not "in progress" (as NCCL's). */
     if (e == papcclSuccess && !comm->blocking &&
         atomic_load_explicit(&comm->pendingHostJobs, memory_order_acquire) > 0)
@@ -628,7 +656,46 @@ PAPCCL_API papcclResult_t papcclCommUserRank(const papcclComm_t comm, int* rank)
   return queryInt(comm, rank, "papcclCommUserRank", 2);
 }
 
-/* ---- Split ------------------------------------------------------------------------------ */
+/* ---- Split and shrink ------------------------------------------------------------------- */
+
+/* A child's key: the parent's, mixed with salt (the same on every member of the child). */
+static void childKey(const struct papComm* parent, uint64_t salt, unsigned char key[16]) {
+  uint64_t k0, k1;
+  memcpy(&k0, parent->key, 8);
+  memcpy(&k1, parent->key + 8, 8);
+  k0 = mix64(k0 ^ salt);
+  k1 = mix64(k1 ^ mix64(salt));
+  memcpy(key, &k0, 8);
+  memcpy(key + 8, &k1, 8);
+}
+
+/* The output pointer and config of split and shrink; *newcomm = NULL on the way. */
+static papcclResult_t checkChildArgs(const char* fn, papcclComm_t* newcomm,
+                                     const papcclConfig_t* config) {
+  if (newcomm == NULL) {
+    PAP_WARN("%s: newcomm is NULL", fn);
+    return papcclInvalidArgument;
+  }
+  *newcomm = NULL;
+  if (config && config->magic != PAPCCL_CONFIG_MAGIC) {
+    PAP_WARN("%s: config->magic %#x is wrong: use PAPCCL_CONFIG_INITIALIZER", fn, config->magic);
+    return papcclInvalidArgument;
+  }
+  return papcclSuccess;
+}
+
+/* A child comm whose bootstrap is connected: the rest of its setup (split and shrink). */
+static papcclResult_t childSetup(struct papComm* parent, struct papComm* child) {
+  papLogSetContext(child->rank, child->lastError, sizeof(child->lastError));
+  papcclResult_t res = commSetup(child);
+  if (res == papcclSuccess) {
+    atomic_store_explicit(&child->transportLive, 1, memory_order_release);
+    if (papCommIdleDriven(child)) child->tops->wake(child->tstate);
+    res = papHierSetup(child);
+  }
+  papLogSetContext(parent->rank, parent->lastError, sizeof(parent->lastError));
+  return res;
+}
 
 struct splitInfo {
   int32_t color;
@@ -647,19 +714,9 @@ PAPCCL_API papcclResult_t papcclCommSplit(papcclComm_t comm, int color, int key,
   struct papBootstrapAddr* members = NULL;
   struct papComm* child = NULL;
   int n = comm->nranks;
-  if (newcomm == NULL) {
-    PAP_WARN("%s: newcomm is NULL", fn);
-    res = papcclInvalidArgument;
-    goto out;
-  }
-  *newcomm = NULL;
+  PAP_CHECK_GOTO(checkChildArgs(fn, newcomm, config), res, out);
   if (color < 0 && color != PAPCCL_SPLIT_NOCOLOR) {
     PAP_WARN("%s: color %d must be >= 0 or PAPCCL_SPLIT_NOCOLOR", fn, color);
-    res = papcclInvalidArgument;
-    goto out;
-  }
-  if (config && config->magic != PAPCCL_CONFIG_MAGIC) {
-    PAP_WARN("%s: config->magic %#x is wrong: use PAPCCL_CONFIG_INITIALIZER", fn, config->magic);
     res = papcclInvalidArgument;
     goto out;
   }
@@ -679,16 +736,10 @@ PAPCCL_API papcclResult_t papcclCommSplit(papcclComm_t comm, int color, int key,
       if (infos[r].key < key || (infos[r].key == key && r < comm->rank)) newRank++;
     }
     PAP_CHECK_GOTO(papCommAllocShell(newRank, newN, config, &child), res, out);
+    child->cudaDev = comm->cudaDev; /* before setup: the CUDA IPC arena goes on it */
     unsigned char ckey[16];
-    uint64_t k0, k1;
-    memcpy(&k0, comm->key, 8);
-    memcpy(&k1, comm->key + 8, 8);
-    uint64_t salt = mix64(splitNo * 2 + 1) ^ mix64((uint64_t)(uint32_t)color + 0x1234567);
-    k0 = mix64(k0 ^ salt);
-    k1 = mix64(k1 ^ mix64(salt));
-    memcpy(ckey, &k0, 8);
-    memcpy(ckey + 8, &k1, 8);
-    PAP_CHECK_GOTO(papBootstrapCreate(newRank, newN, ckey, (const volatile int*)&child->abortFlag,
+    childKey(comm, mix64(splitNo * 2 + 1) ^ mix64((uint64_t)(uint32_t)color + 0x1234567), ckey);
+    PAP_CHECK_GOTO(papBootstrapCreate(newRank, newN, ckey, (const volatile int*)&child->bsAbortFlag,
                                       papParamTimeoutS(), &child->bs),
                    res, out_child);
     papBootstrapGetAddr(child->bs, &addrs[comm->rank]);
@@ -709,16 +760,8 @@ PAPCCL_API papcclResult_t papcclCommSplit(papcclComm_t comm, int color, int key,
           pr++;
       members[pr] = addrs[r];
     }
-    papLogSetContext(child->rank, child->lastError, sizeof(child->lastError));
-    child->cudaDev = comm->cudaDev; /* before setup: the CUDA IPC arena goes on it */
     res = papBootstrapConnect(child->bs, members);
-    if (res == papcclSuccess) res = commSetup(child);
-    if (res == papcclSuccess) {
-      atomic_store_explicit(&child->transportLive, 1, memory_order_release);
-      if (papCommIdleDriven(child)) child->tops->wake(child->tstate);
-      res = papHierSetup(child);
-    }
-    papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
+    if (res == papcclSuccess) res = childSetup(comm, child);
     if (res != papcclSuccess) goto out_child;
     *newcomm = child;
   }
@@ -732,6 +775,130 @@ out:
   free(members);
   free(addrs);
   free(infos);
+  papCommLeave(comm);
+  return res;
+}
+
+/* ---- Revoke and shrink ---------------------------------------------------------------- */
+
+PAPCCL_API papcclResult_t papcclCommRevoke(papcclComm_t comm, int revokeFlags) {
+  const char* fn = "papcclCommRevoke";
+  PAP_CHECK(papCommEnter(comm, fn));
+  papcclResult_t res = papcclSuccess;
+  if (revokeFlags != PAPCCL_REVOKE_DEFAULT) {
+    PAP_WARN("%s: revokeFlags %d must be PAPCCL_REVOKE_DEFAULT (0)", fn, revokeFlags);
+    res = papcclInvalidArgument;
+    goto out;
+  }
+  atomic_store_explicit(&comm->revoked, 1, memory_order_seq_cst);
+  commStopOps(comm);
+  if (comm->blocking) {
+    /* Every call in flight and every queued job ends at the abort flag. */
+    waitCallsDrained(comm);
+    papCommWaitPendingJobs(comm);
+  } else if (!commQuiescent(comm)) {
+    res = papcclInProgress;
+  }
+  PAP_INFO(PAP_LOG_INIT, "comm %p rank %d revoked", (void*)comm, comm->rank);
+out:
+  papCommLeave(comm);
+  return res;
+}
+
+/* The ranks of comm that stay: members[0..*newN) ascending; fails naming a bad entry. */
+static papcclResult_t shrinkMembers(struct papComm* comm, const char* fn, const int* exclude,
+                                    int nExclude, int* members, int* newN, int* newRank) {
+  int n = comm->nranks;
+  char* out = NULL;
+  papcclResult_t res = papcclSuccess;
+  if (nExclude < 0 || nExclude >= n) {
+    PAP_WARN("%s: excludeRanksCount %d must be in [0, %d) (the communicator has %d ranks)", fn,
+             nExclude, n, n);
+    return papcclInvalidArgument;
+  }
+  if (nExclude > 0 && exclude == NULL) {
+    PAP_WARN("%s: excludeRanksList is NULL with excludeRanksCount %d", fn, nExclude);
+    return papcclInvalidArgument;
+  }
+  PAP_CHECK(papCalloc(&out, (size_t)n));
+  for (int i = 0; i < nExclude && res == papcclSuccess; i++) {
+    int r = exclude[i];
+    if (r < 0 || r >= n) {
+      PAP_WARN("%s: excludeRanksList[%d] = %d is not a rank of [0, %d)", fn, i, r, n);
+      res = papcclInvalidArgument;
+    } else if (out[r]) {
+      PAP_WARN("%s: rank %d appears twice in excludeRanksList", fn, r);
+      res = papcclInvalidArgument;
+    } else if (r == comm->rank) {
+      PAP_WARN("%s: this rank (%d) is in excludeRanksList: excluded ranks do not call it", fn, r);
+      res = papcclInvalidArgument;
+    } else {
+      out[r] = 1;
+    }
+  }
+  *newN = 0;
+  for (int r = 0; r < n && res == papcclSuccess; r++) {
+    if (out[r]) continue;
+    if (r == comm->rank) *newRank = *newN;
+    members[(*newN)++] = r;
+  }
+  free(out);
+  return res;
+}
+
+PAPCCL_API papcclResult_t papcclCommShrink(papcclComm_t comm, int* excludeRanksList,
+                                           int excludeRanksCount, papcclComm_t* newcomm,
+                                           papcclConfig_t* config, int shrinkFlags) {
+  const char* fn = "papcclCommShrink";
+  PAP_CHECK(papCommEnter(comm, fn));
+  papcclResult_t res = papcclSuccess;
+  int* members = NULL;
+  struct papComm* child = NULL;
+  int newN = 0, newRank = -1;
+  PAP_CHECK_GOTO(checkChildArgs(fn, newcomm, config), res, out);
+  if (shrinkFlags != PAPCCL_SHRINK_DEFAULT && shrinkFlags != PAPCCL_SHRINK_ABORT) {
+    PAP_WARN("%s: shrinkFlags %d must be PAPCCL_SHRINK_DEFAULT (0) or PAPCCL_SHRINK_ABORT (1)", fn,
+             shrinkFlags);
+    res = papcclInvalidArgument;
+    goto out;
+  }
+  PAP_CHECK_GOTO(papCalloc(&members, (size_t)comm->nranks), res, out);
+  PAP_CHECK_GOTO(
+      shrinkMembers(comm, fn, excludeRanksList, excludeRanksCount, members, &newN, &newRank), res,
+      out);
+  if (shrinkFlags == PAPCCL_SHRINK_ABORT) {
+    /* After a failure: the parent's operations stop first (they may wait for the dead). */
+    atomic_store_explicit(&comm->revoked, 1, memory_order_seq_cst);
+    commStopOps(comm);
+    waitCallsDrained(comm);
+  }
+  papCommWaitPendingJobs(comm);
+  uint64_t shrinkNo = comm->splitCount++;
+  uint64_t salt = mix64(shrinkNo * 2 + 2);
+  for (int i = 0; i < newN; i++)
+    salt = mix64(salt ^ (uint64_t)(uint32_t)members[i]);
+  PAP_CHECK_GOTO(papCommAllocShell(newRank, newN, config, &child), res, out);
+  if (config == NULL) child->blocking = comm->blocking; /* inherits the parent's, as NCCL */
+  child->cudaDev = comm->cudaDev;
+  unsigned char ckey[16];
+  childKey(comm, salt, ckey);
+  pthread_mutex_lock(&comm->progressLock);
+  res =
+      papBootstrapShrink(comm->bs, members, newN, newRank, ckey,
+                         (const volatile int*)&child->bsAbortFlag, papParamTimeoutS(), &child->bs);
+  pthread_mutex_unlock(&comm->progressLock);
+  if (res == papcclSuccess) res = childSetup(comm, child);
+  if (res != papcclSuccess) {
+    commTeardown(child);
+    papCommFreeShell(child);
+    goto out;
+  }
+  PAP_INFO(PAP_LOG_INIT, "comm %p rank %d shrank to comm %p rank %d of %d (%s)", (void*)comm,
+           comm->rank, (void*)child, newRank, newN,
+           shrinkFlags == PAPCCL_SHRINK_ABORT ? "abort" : "default");
+  *newcomm = child;
+out:
+  free(members);
   papCommLeave(comm);
   return res;
 }

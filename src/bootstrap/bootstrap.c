@@ -56,7 +56,7 @@ struct papBootstrap {
   unsigned char key[PAP_BS_KEY_BYTES];
   const volatile int* abortFlag; /* not owned; may be NULL */
   int64_t timeoutS;
-  int listenFd; /* -1 once the ring is connected */
+  int listenFd; /* stays open while bs lives: a shrink builds its ring through it */
   union papSockAddr listenAddr;
   int nextFd; /* to (rank+1)%nranks; -1 when nranks == 1 */
   int prevFd; /* from (rank-1)%nranks */
@@ -408,8 +408,10 @@ static int ringHelloProgress(struct papBootstrap* bs, struct papBsHelloConn* c, 
   return -1;
 }
 
-/* Waits for (rank-1)%nranks to connect to this rank's listener; strangers are dropped. */
-static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, uint64_t deadlineNs) {
+/* Waits for (rank-1)%nranks to connect to listenFd (this rank's listener, or the parent's
+ * in a shrink); strangers are dropped. */
+static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, int listenFd,
+                                     const union papSockAddr* listenAddr, uint64_t deadlineNs) {
   papcclResult_t res = papcclRemoteError;
   struct papBsHelloConn pending[BS_RING_MAX_PENDING];
   struct pollfd pfds[1 + BS_RING_MAX_PENDING];
@@ -419,7 +421,7 @@ static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, uint64_t deadlineN
   char pstr[PAP_SOCKET_ADDR_STRLEN];
   char why[PAP_BS_WHY_LEN];
 
-  papSocketAddrToString(&bs->listenAddr, lstr, sizeof(lstr));
+  papSocketAddrToString(listenAddr, lstr, sizeof(lstr));
   for (;;) {
     uint64_t now = papNowNs();
     if (papAborted(bs->abortFlag)) {
@@ -447,7 +449,7 @@ static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, uint64_t deadlineN
     }
     int n = 0;
     int listening = nPending < BS_RING_MAX_PENDING;
-    if (listening) pfds[n++] = (struct pollfd){.fd = bs->listenFd, .events = POLLIN};
+    if (listening) pfds[n++] = (struct pollfd){.fd = listenFd, .events = POLLIN};
     int pendBase = n;
     for (int i = 0; i < nPending; i++) {
       pfds[n++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
@@ -479,7 +481,7 @@ static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, uint64_t deadlineN
     while (listening && pfds[0].revents != 0 && nPending < BS_RING_MAX_PENDING) {
       struct papBsHelloConn* c = &pending[nPending];
       memset(c, 0, sizeof(*c));
-      if (papSocketAccept(bs->listenFd, &c->fd, &c->peer) != papcclSuccess) {
+      if (papSocketAccept(listenFd, &c->fd, &c->peer) != papcclSuccess) {
         res = papcclSystemError;
         goto out;
       }
@@ -505,8 +507,11 @@ out:
   return res;
 }
 
-/* Connects to the next rank, then takes the previous rank's connection; closes the listener. */
-static papcclResult_t ringConnect(struct papBootstrap* bs, uint64_t deadlineNs) {
+/* Connects to the next rank at addrs[next], then takes the previous rank's connection on
+ * listenFd. addrs and listenFd are bs's own, except in a shrink: the parent's listeners. */
+static papcclResult_t ringConnect(struct papBootstrap* bs, const struct papBootstrapAddr* addrs,
+                                  int listenFd, const union papSockAddr* listenAddr,
+                                  uint64_t deadlineNs) {
   unsigned char msg[PAP_BS_HDR + PAP_BOOTSTRAP_RING_HELLO_BYTES];
   union papSockAddr nextAddr;
   char str[PAP_SOCKET_ADDR_STRLEN];
@@ -514,9 +519,9 @@ static papcclResult_t ringConnect(struct papBootstrap* bs, uint64_t deadlineNs) 
   int next = (bs->rank + 1) % bs->nranks;
 
   if (bs->nranks > 1) {
-    if (bsAddrFromBytes(&bs->addrs[next], &nextAddr) != 0) {
+    if (bsAddrFromBytes(&addrs[next], &nextAddr) != 0) {
       PAP_WARN("bootstrap rank %d: invalid listener address %s for rank %d (next)", bs->rank,
-               bsAddrStr(&bs->addrs[next], str, sizeof(str)), next);
+               bsAddrStr(&addrs[next], str, sizeof(str)), next);
       return papcclInvalidArgument;
     }
     snprintf(what, sizeof(what), "rank %d connecting to rank %d (next) at %s", bs->rank, next,
@@ -527,10 +532,8 @@ static papcclResult_t ringConnect(struct papBootstrap* bs, uint64_t deadlineNs) 
     bsPut32(msg + PAP_BS_HDR, (uint32_t)bs->rank);
     bsPut32(msg + PAP_BS_HDR + 4, (uint32_t)bs->nranks);
     PAP_CHECK(papSocketSendAll(bs->nextFd, msg, sizeof(msg), deadlineNs, bs->abortFlag, what));
-    PAP_CHECK(ringAcceptPrev(bs, deadlineNs));
+    PAP_CHECK(ringAcceptPrev(bs, listenFd, listenAddr, deadlineNs));
   }
-  close(bs->listenFd);
-  bs->listenFd = -1;
   bs->connected = 1;
   PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap rank %d of %d: ring connected", bs->rank, bs->nranks);
   return papcclSuccess;
@@ -574,7 +577,8 @@ papcclResult_t papBootstrapInit(const papcclUniqueId* id, int rank, int nranks,
   }
   PAP_CHECK_GOTO(rootExchange(bs, &root, deadlineNs), res, out_destroy);
   PAP_FAULT(PAP_FAULT_BOOTSTRAP, rank, abortFlag);
-  PAP_CHECK_GOTO(ringConnect(bs, deadlineNs), res, out_destroy);
+  PAP_CHECK_GOTO(ringConnect(bs, bs->addrs, bs->listenFd, &bs->listenAddr, deadlineNs), res,
+                 out_destroy);
   *bsOut = bs;
   return papcclSuccess;
 
@@ -615,7 +619,54 @@ papcclResult_t papBootstrapConnect(struct papBootstrap* bs, const struct papBoot
     return papcclInvalidArgument;
   }
   memcpy(bs->addrs, addrs, (size_t)bs->nranks * sizeof(*addrs));
-  return ringConnect(bs, papSocketDeadline(bs->timeoutS));
+  return ringConnect(bs, bs->addrs, bs->listenFd, &bs->listenAddr, papSocketDeadline(bs->timeoutS));
+}
+
+papcclResult_t papBootstrapShrink(struct papBootstrap* parent, const int* members, int newN,
+                                  int newRank, const unsigned char key[16],
+                                  const volatile int* abortFlag, int64_t timeoutS,
+                                  struct papBootstrap** bsOut) {
+  papcclResult_t res = papcclSuccess;
+  struct papBootstrap* bs = NULL;
+  struct papBootstrapAddr* via = NULL;
+  if (parent == NULL || members == NULL || key == NULL || bsOut == NULL || newN < 1 ||
+      newN > parent->nranks || newRank < 0 || newRank >= newN) {
+    PAP_WARN("bootstrap: Shrink: invalid arguments (rank %d of %d)", newRank, newN);
+    return papcclInvalidArgument;
+  }
+  if (!parent->connected || parent->listenFd < 0) {
+    PAP_WARN("bootstrap rank %d: Shrink of a bootstrap that is not connected", parent->rank);
+    return papcclInvalidUsage;
+  }
+  for (int i = 0; i < newN; i++) {
+    if (members[i] < 0 || members[i] >= parent->nranks || (i > 0 && members[i] <= members[i - 1])) {
+      PAP_WARN("bootstrap: Shrink: members[%d] = %d is not an ascending rank of %d", i, members[i],
+               parent->nranks);
+      return papcclInvalidArgument;
+    }
+  }
+  if (members[newRank] != parent->rank) {
+    PAP_WARN("bootstrap rank %d: Shrink: members[%d] is %d, not this rank", parent->rank, newRank,
+             members[newRank]);
+    return papcclInvalidArgument;
+  }
+  PAP_CHECK(bsCreate(newRank, newN, key, abortFlag, timeoutS, &bs));
+  PAP_CHECK_GOTO(papCalloc(&via, (size_t)newN), res, out);
+  for (int i = 0; i < newN; i++)
+    via[i] = parent->addrs[members[i]];
+  /* The parent's listeners carry the new ring (no root, and no word to the ranks left out);
+   * then the members swap their own listeners' addresses, which a later shrink of the new
+   * communicator uses. */
+  PAP_CHECK_GOTO(
+      ringConnect(bs, via, parent->listenFd, &parent->listenAddr, papSocketDeadline(timeoutS)), res,
+      out);
+  PAP_CHECK_GOTO(papBootstrapAllGather(bs, bs->addrs, sizeof(*bs->addrs)), res, out);
+  *bsOut = bs;
+  bs = NULL;
+out:
+  free(via);
+  papBootstrapDestroy(bs);
+  return res;
 }
 
 const unsigned char* papBootstrapKey(const struct papBootstrap* bs) {

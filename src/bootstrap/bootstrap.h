@@ -46,6 +46,16 @@ papcclResult_t papBootstrapCreate(int rank, int nranks, const unsigned char key[
 void papBootstrapGetAddr(const struct papBootstrap* bs, struct papBootstrapAddr* addrOut);
 papcclResult_t papBootstrapConnect(struct papBootstrap* bs, const struct papBootstrapAddr* addrs);
 
+/* Shrink path (no root): a new bootstrap for the ranks members[0..newN) of parent (ascending
+ * parent ranks; this rank is members[newRank]), whose ring is connected through the parent's
+ * listeners, which stay open for this while the parent lives: ranks left out (dead, or
+ * excluded) are never contacted. Every member calls it with the same members and key. The
+ * parent must not run a collective meanwhile (it may be aborted). */
+papcclResult_t papBootstrapShrink(struct papBootstrap* parent, const int* members, int newN,
+                                  int newRank, const unsigned char key[16],
+                                  const volatile int* abortFlag, int64_t timeoutS,
+                                  struct papBootstrap** bsOut);
+
 /* The communicator key (16 bytes), the same on every rank; shm segment names derive from it.
  * After papBootstrapInit it is fresh for each rendezvous, even when the id is reused
  * (PAPCCL_COMM_ID); after papBootstrapCreate it is the key passed in. */

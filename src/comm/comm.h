@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "log.h"
 #include "op.h"
 #include "papccl.h"
 #include "transport.h"
@@ -45,7 +46,10 @@ struct papComm {
   int oversubscribed; /* more ranks on this host than CPUs we may run on */
   uint64_t spinNs; /* polling budget of this comm's waits (PAPCCL_SPIN_US); their polls yield
                     * the core when oversubscribed */
-  _Atomic int abortFlag; /* written by abort (any thread); read by every wait */
+  _Atomic int abortFlag; /* written by abort and revoke (any thread); read by every wait */
+  _Atomic int bsAbortFlag; /* written by abort only: the bootstrap's waits (a revoked comm's
+                            * bootstrap still serves split and shrink) */
+  _Atomic int revoked; /* papcclCommRevoke: no new operations; management calls only */
   _Atomic int activeCalls; /* API calls inside the comm; destroy waits for 0 */
   _Atomic int asyncError; /* first error of the progress thread or a failed op */
   _Atomic int pendingJobs; /* queued non-blocking jobs; GetAsyncError says InProgress */
@@ -128,6 +132,24 @@ enum {
 /* Whether the comm was aborted (the one way to read the flag: papAborted). */
 static inline int papCommAborted(const struct papComm* comm) {
   return papAborted((const volatile int*)&comm->abortFlag);
+}
+
+/* A peer that died without leaving the comm in good order (tops->deadPeer), or -1: no
+ * operation can finish then. For the waits' health checks. */
+static inline int papCommDeadPeer(struct papComm* comm) {
+  if (comm->tops == NULL || comm->tops->deadPeer == NULL || comm->tstate == NULL) return -1;
+  return comm->tops->deadPeer(comm->tstate);
+}
+
+/* papcclSuccess, or papcclRemoteError with a WARN naming the dead peer. */
+static inline papcclResult_t papCommCheckDeadPeer(struct papComm* comm) {
+  int d = papCommDeadPeer(comm);
+  if (d < 0) return papcclSuccess;
+  PAP_WARN(
+      "rank %d (pid %d) died without leaving the communicator: rank %d's operation cannot "
+      "complete",
+      d, comm->pids ? comm->pids[d] : -1, comm->rank);
+  return papcclRemoteError;
 }
 
 /* Records the first asynchronous error. */

@@ -133,6 +133,13 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
                comm->rank);
       return papcclRemoteError;
     }
+    if (papCommDeadPeer(comm) >= 0) {
+      /* What it sent before it died may finish this op: one more pass decides. */
+      int progressed = 0;
+      PAP_CHECK(papEngineProgress(e, &progressed));
+      if (progressed) return papcclSuccess;
+      PAP_CHECK(papCommCheckDeadPeer(comm));
+    }
   }
   return papcclSuccess;
 }

@@ -267,7 +267,10 @@ NCCL_EXPORT ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUni
 }
 NCCL_ALIAS(ncclCommInitRank);
 
-/* NCCL spreads the bootstrap over nId roots; papccl's bootstrap has one root, so one id. */
+/* NCCL spreads the bootstrap over nId roots; papccl's bootstrap has one root: every rank
+ * meets at commIds[0]. Each other id's root (a thread of the process that made it) is
+ * released by one rank, (i * nranks / nId) for id i, with a one-rank rendezvous on it, so
+ * that no root waits out its timeout. */
 NCCL_EXPORT ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
                                                    int nId, ncclUniqueId* commIds,
                                                    ncclConfig_t* config) {
@@ -278,15 +281,20 @@ NCCL_EXPORT ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nran
     PAP_WARN("%s: nId %d must be at least 1", fn, nId);
     return ncclInvalidArgument;
   }
-  if (nId > 1) {
+  if (nId > nranks && nranks > 0) {
     papLogSetContext(-1, NULL, 0);
-    PAP_WARN(
-        "%s: nId %d > 1 is not implemented by papccl (its bootstrap has one root): pass "
-        "one id",
-        fn, nId);
-    return ncclInvalidUsage;
+    PAP_WARN("%s: nId %d exceeds nranks %d (at most one id per rank)", fn, nId, nranks);
+    return ncclInvalidArgument;
   }
-  return pncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+  ncclResult_t res = pncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+  for (int i = 1; i < nId && res == ncclSuccess; i++) {
+    if ((int)((int64_t)i * nranks / nId) != myrank) continue;
+    papcclUniqueId id;
+    papcclComm_t one = NULL;
+    memcpy(&id, &commIds[i], sizeof(id));
+    if (papcclCommInitRank(&one, 1, id, 0) == papcclSuccess) papcclCommDestroy(one);
+  }
+  return res;
 }
 NCCL_ALIAS(ncclCommInitRankScalable);
 
@@ -311,8 +319,7 @@ NCCL_EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
 NCCL_ALIAS(ncclCommAbort);
 
 NCCL_EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  (void)revokeFlags;
-  return notImplemented(comm, "ncclCommRevoke", "revoking a communicator");
+  return RES(papcclCommRevoke(COMM(comm), revokeFlags));
 }
 NCCL_ALIAS(ncclCommRevoke);
 
@@ -326,10 +333,8 @@ NCCL_ALIAS(ncclCommSplit);
 NCCL_EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList,
                                          int excludeRanksCount, ncclComm_t* newcomm,
                                          ncclConfig_t* config, int shrinkFlags) {
-  (void)excludeRanksList, (void)excludeRanksCount, (void)config, (void)shrinkFlags;
-  if (newcomm != NULL) *newcomm = NULL;
-  return notImplemented(comm, "ncclCommShrink",
-                        "shrinking a communicator (use ncclCommSplit with NCCL_SPLIT_NOCOLOR)");
+  return RES(papcclCommShrink(COMM(comm), excludeRanksList, excludeRanksCount,
+                              (papcclComm_t*)newcomm, (papcclConfig_t*)config, shrinkFlags));
 }
 NCCL_ALIAS(ncclCommShrink);
 

@@ -11,6 +11,12 @@
  *         functions papccl refuses, error reporting.
  * Part 2: NRANKS ranks driven from one thread, as nccl-tests and single-process trainers do:
  *         grouped ncclCommInitRank, ncclCommInitAll, grouped collectives over all comms.
+ * Part 3: recovery, as a fault-tolerant trainer does it: NRANKS processes meet through
+ *         ncclCommInitRankScalable with two ids; the last rank is killed (SIGKILL) after one
+ *         allreduce; each survivor's next allreduce fails, they shrink the comm without it
+ *         (NCCL_SHRINK_ABORT), run 100 allreduces on the new comm, shrink it once more
+ *         (NCCL_SHRINK_DEFAULT, the highest survivor leaving of its own accord) where ranks
+ *         are left for it, revoke it and destroy everything.
  * Prints "library: VERSION PATH" first (which libnccl answered) and "PASS" at the end; any
  * failed check prints "FAIL ..." and the exit status is 1. */
 #ifndef _GNU_SOURCE
@@ -19,6 +25,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <nccl.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -199,18 +206,23 @@ static void errors(ncclComm_t comm) {
   CHECK(res == ncclInvalidArgument, "bad datatype returned %d", (int)res);
   CHECK(strstr(ncclGetLastError(comm), "datatype") != NULL, "last error: %s",
         ncclGetLastError(comm));
-  /* What papccl does not implement is refused with ncclInvalidUsage and a reason. */
+  /* A rank that excludes itself, or bad flags: refused before anything happens. */
   ncclComm_t shrunk = comm;
-  int exclude = 0;
-  res = ncclCommShrink(comm, &exclude, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT);
-  CHECK(res == ncclInvalidUsage && shrunk == NULL, "shrink returned %d", (int)res);
-  CHECK(strstr(ncclGetLastError(comm), "not implemented") != NULL, "shrink reason: %s",
+  int self = -1;
+  NCCL_OK(ncclCommUserRank(comm, &self));
+  res = ncclCommShrink(comm, &self, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT);
+  CHECK(res == ncclInvalidArgument && shrunk == NULL, "shrink excluding itself returned %d",
+        (int)res);
+  CHECK(strstr(ncclGetLastError(comm), "excludeRanksList") != NULL, "shrink reason: %s",
         ncclGetLastError(comm));
+  res = ncclCommShrink(comm, NULL, 0, &shrunk, NULL, 7);
+  CHECK(res == ncclInvalidArgument, "shrink with flags 7 returned %d", (int)res);
+  res = ncclCommRevoke(comm, 3);
+  CHECK(res == ncclInvalidArgument, "revoke with flags 3 returned %d", (int)res);
+  /* What papccl does not implement is refused with ncclInvalidUsage and a reason. */
   ncclWindow_t win;
   res = ncclCommWindowRegister(comm, &f, sizeof(f), &win, NCCL_WIN_DEFAULT);
   CHECK(res == ncclInvalidUsage, "window register returned %d", (int)res);
-  res = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
-  CHECK(res == ncclInvalidUsage, "revoke returned %d", (int)res);
   ncclResult_t async = ncclInternalError;
   NCCL_OK(ncclCommGetAsyncError(comm, &async));
   CHECK(async == ncclSuccess, "async error %d", (int)async);
@@ -290,6 +302,120 @@ static int runRank(ncclUniqueId id, int n, int r) {
   return failures ? 1 : 0;
 }
 
+/* Part 3 in one rank (see the top). */
+static int recoveryRank(ncclUniqueId* ids, int n, int r) {
+  myRank = r;
+  ncclComm_t comm = NULL;
+  NCCL_OK(ncclCommInitRankScalable(&comm, n, r, 2, ids, NULL));
+  if (comm == NULL) return 1;
+  float v = 1;
+  NCCL_OK(ncclAllReduce(&v, &v, 1, ncclFloat, ncclSum, comm, NULL));
+  CHECK(v == (float)n, "allreduce %g, want %d", v, n);
+  int dead = n - 1;
+  if (r == dead) raise(SIGKILL);
+  const size_t count = 1 << 16;
+  float* buf = fbuf(count);
+  ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
+  CHECK(res != ncclSuccess, "an allreduce with a dead rank returned success");
+  ncclComm_t shrunk = NULL;
+  NCCL_OK(ncclCommShrink(comm, &dead, 1, &shrunk, NULL, NCCL_SHRINK_ABORT));
+  if (shrunk == NULL) return 1;
+  int sn = -1, sr = -1;
+  NCCL_OK(ncclCommCount(shrunk, &sn));
+  NCCL_OK(ncclCommUserRank(shrunk, &sr));
+  CHECK(sn == n - 1 && sr == r, "shrunk comm: rank %d of %d, want %d of %d", sr, sn, r, n - 1);
+  for (int it = 0; it < 100 && failures == 0; it++) {
+    size_t c = it % 2 ? count : 3;
+    for (size_t i = 0; i < c; i++)
+      buf[i] = (float)(r + 1 + it);
+    NCCL_OK(ncclAllReduce(buf, buf, c, ncclFloat, ncclSum, shrunk, NULL));
+    float want = (float)((n - 1) * n / 2 + (n - 1) * it);
+    int bad = 0;
+    for (size_t i = 0; i < c; i++)
+      bad += buf[i] != want;
+    CHECK(bad == 0, "allreduce %d of %zu on the shrunk comm: %d wrong (%g, want %g)", it, c, bad,
+          buf[0], want);
+  }
+  ncclComm_t again = NULL;
+  if (n - 1 >= 2) {
+    int leaver = n - 2;
+    if (r != leaver) {
+      NCCL_OK(ncclCommShrink(shrunk, &leaver, 1, &again, NULL, NCCL_SHRINK_DEFAULT));
+      v = 1;
+      if (again) NCCL_OK(ncclAllReduce(&v, &v, 1, ncclFloat, ncclSum, again, NULL));
+      CHECK(again != NULL && v == (float)(n - 2), "second shrink: allreduce %g, want %d", v, n - 2);
+      NCCL_OK(ncclCommDestroy(again));
+    }
+  }
+  /* Revoke: later operations are refused, the comm reports success once quiet. */
+  NCCL_OK(ncclCommRevoke(shrunk, NCCL_REVOKE_DEFAULT));
+  ncclResult_t async = ncclInternalError;
+  NCCL_OK(ncclCommGetAsyncError(shrunk, &async));
+  CHECK(async == ncclSuccess, "revoked comm: async error %d", (int)async);
+  res = ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, shrunk, NULL);
+  CHECK(res == ncclInvalidUsage, "allreduce on a revoked comm returned %d", (int)res);
+  NCCL_OK(ncclCommDestroy(shrunk));
+  NCCL_OK(ncclCommDestroy(comm));
+  free(buf);
+  return failures ? 1 : 0;
+}
+
+/* Starts ranks 1..n-1 as children, makes nid ids here, sends them to the children, runs
+ * rank 0 here (a fork after the library has started threads is not safe, so the ids are
+ * made after the forks and travel through pipes, as an MPI program broadcasts them). Returns
+ * 0 when every rank returned 0, or died of SIGKILL where killed says so. */
+static int forkRanks(int n, int nid, int killed, int (*body)(ncclUniqueId*, int, int)) {
+  pid_t* kids = (pid_t*)calloc((size_t)n, sizeof(pid_t));
+  int(*pipes)[2] = calloc((size_t)n, sizeof(*pipes));
+  ncclUniqueId ids[2];
+  size_t idBytes = (size_t)nid * sizeof(ncclUniqueId);
+  for (int r = 1; r < n; r++) {
+    if (pipe(pipes[r]) != 0) {
+      perror("pipe");
+      return 2;
+    }
+    kids[r] = fork();
+    if (kids[r] < 0) {
+      perror("fork");
+      return 2;
+    }
+    if (kids[r] == 0) {
+      close(pipes[r][1]);
+      size_t got = 0;
+      while (got < idBytes) {
+        ssize_t k = read(pipes[r][0], (char*)ids + got, idBytes - got);
+        if (k <= 0) _exit(3); /* rank 0 failed before sending them */
+        got += (size_t)k;
+      }
+      _exit(body(ids, n, r));
+    }
+    close(pipes[r][0]);
+  }
+  for (int i = 0; i < nid; i++)
+    NCCL_OK(ncclGetUniqueId(&ids[i]));
+  for (int r = 1; r < n; r++) {
+    if (failures == 0 && write(pipes[r][1], ids, idBytes) != (ssize_t)idBytes) failures++;
+    close(pipes[r][1]);
+  }
+  free(pipes);
+  int bad = failures ? 1 : body(ids, n, 0);
+  for (int r = 1; r < n; r++) {
+    int status = 0;
+    waitpid(kids[r], &status, 0);
+    if (r == killed ? !(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+                    : !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      fprintf(stderr, "FAIL rank %d ended with status %#x\n", r, status);
+      bad = 1;
+    }
+  }
+  free(kids);
+  return bad;
+}
+
+static int partOneRank(ncclUniqueId* ids, int n, int r) {
+  return runRank(ids[0], n, r);
+}
+
 /* Part 2: all ranks in this process, driven from one thread. */
 static int singleThread(int n) {
   myRank = -1;
@@ -348,54 +474,12 @@ int main(int argc, char** argv) {
   printf("\n");
   fflush(stdout);
 
-  /* The ranks are started first and rank 0 then sends them the id through pipes, as an MPI
-   * program broadcasts it: forking after the library has started threads is not safe. */
-  pid_t* kids = (pid_t*)calloc((size_t)n, sizeof(pid_t));
-  int(*pipes)[2] = calloc((size_t)n, sizeof(*pipes));
-  ncclUniqueId id;
-  for (int r = 1; r < n; r++) {
-    if (pipe(pipes[r]) != 0) {
-      perror("pipe");
-      return 2;
-    }
-    kids[r] = fork();
-    if (kids[r] < 0) {
-      perror("fork");
-      return 2;
-    }
-    if (kids[r] == 0) {
-      close(pipes[r][1]);
-      size_t got = 0;
-      while (got < sizeof(id)) {
-        ssize_t k = read(pipes[r][0], (char*)&id + got, sizeof(id) - got);
-        if (k <= 0) _exit(3); /* rank 0 failed before sending it */
-        got += (size_t)k;
-      }
-      _exit(runRank(id, n, r));
-    }
-    close(pipes[r][0]);
-  }
-  NCCL_OK(ncclGetUniqueId(&id));
-  for (int r = 1; r < n; r++) {
-    if (failures == 0 && write(pipes[r][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) failures++;
-    close(pipes[r][1]);
-  }
-  free(pipes);
-  if (failures) return 1;
-  int bad = runRank(id, n, 0);
-  for (int r = 1; r < n; r++) {
-    int status = 0;
-    waitpid(kids[r], &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      fprintf(stderr, "FAIL rank %d exited with status %#x\n", r, status);
-      bad = 1;
-    }
-  }
-  free(kids);
-  if (bad) return 1;
+  if (forkRanks(n, 1, -1, partOneRank) != 0) return 1;
   printf("processes: %d ranks ok\n", n);
   if (singleThread(n) != 0) return 1;
   printf("one thread: %d ranks ok\n", n);
+  if (forkRanks(n, 2, n - 1, recoveryRank) != 0) return 1;
+  printf("recovery: %d ranks, one killed, ok\n", n);
   printf("PASS\n");
   return 0;
 }

@@ -40,7 +40,8 @@ struct shmHeader {
   uint64_t totalBytes;
   int32_t ownerRank;
   _Atomic uint32_t mapped; /* peers that mapped this segment; the last one unlinks it */
-  char pad[64 - 44];
+  _Atomic uint32_t departed; /* the owner left in good order (shmDepart) */
+  char pad[64 - 48];
 };
 
 /* One cache line per rank: the doorbell its sleepers wait on. */
@@ -634,6 +635,26 @@ static int shmPeerAlive(void* state, int peer) {
   return !(kill(st->pids[peer], 0) != 0 && errno == ESRCH);
 }
 
+/* A local peer in another process that exited without shmDepart: every survivor sees it at
+ * its next health check, also one that waits on another peer (that peer may wait on the dead
+ * one, or fail and leave). */
+static int shmDeadPeer(void* state) {
+  struct shmState* st = (struct shmState*)state;
+  for (int p = 0; p < st->nranks; p++) {
+    struct papConn* c = st->conns[p];
+    if (p == st->rank || c == NULL || c->peerSeg.hdr == NULL) continue;
+    if (shmPeerAlive(state, p)) continue;
+    if (atomic_load_explicit(&c->peerSeg.hdr->departed, memory_order_acquire)) continue;
+    return p;
+  }
+  return -1;
+}
+
+static void shmDepart(void* state) {
+  struct shmState* st = (struct shmState*)state;
+  atomic_store_explicit(&st->self.hdr->departed, 1, memory_order_release);
+}
+
 static uint32_t shmWaitToken(void* state) {
   struct shmBoard* b = ((struct shmState*)state)->self.board;
   uint32_t tok = atomic_load_explicit(&b->bell, memory_order_acquire);
@@ -768,6 +789,8 @@ const struct papTransportOps papTransportShm = {
     .test = shmTest,
     .progress = shmProgress,
     .peerAlive = shmPeerAlive,
+    .deadPeer = shmDeadPeer,
+    .depart = shmDepart,
     .waitToken = shmWaitToken,
     .wait = shmWait,
     .wake = shmWake,
