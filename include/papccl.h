@@ -199,6 +199,13 @@ PAPCCL_API papcclResult_t papcclCommShrink(papcclComm_t comm, int* excludeRanksL
 /* The first asynchronous error of comm, or papcclInProgress while a non-blocking operation
  * is still running. Thread-safe; cheap enough to poll. */
 PAPCCL_API papcclResult_t papcclCommGetAsyncError(papcclComm_t comm, papcclResult_t* asyncError);
+/* Hang diagnosis: what comm's rank waits for now, in one line: each operation of the call
+ * that waits (its collective number, kind, count and type, how long), the ranks that have
+ * not arrived at it and the peers its plan waits on; or that nothing waits. An operation
+ * shows once it has waited 100 ms (its health checks publish it). The same text ends the
+ * WARN of a timeout, and PAPCCL_DUMP_SIGNAL logs it for every comm of the process. Any
+ * thread, also while another one waits in comm. Writes at most len bytes, NUL included. */
+PAPCCL_API papcclResult_t papcclCommDumpState(papcclComm_t comm, char* buf, size_t len);
 PAPCCL_API papcclResult_t papcclCommCount(const papcclComm_t comm, int* count);
 PAPCCL_API papcclResult_t papcclCommCuDevice(const papcclComm_t comm, int* device);
 PAPCCL_API papcclResult_t papcclCommUserRank(const papcclComm_t comm, int* rank);

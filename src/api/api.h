@@ -19,6 +19,8 @@ void papCommFreeShell(struct papComm* comm);
 papcclResult_t papHierSetup(struct papComm* comm);
 /* Sets the abort flag of the inner communicators (before an abort waits for calls). */
 void papHierAbortFlags(struct papComm* comm);
+/* papcclCommDumpState's text for comm (any thread). */
+void papCommStateText(struct papComm* comm, char* buf, size_t len);
 /* Destroys (abort: aborts) the inner communicators. */
 void papHierFree(struct papComm* comm, int abort);
 /* Collective flush of the inner communicators (papcclCommFinalize). */

@@ -3,7 +3,10 @@
  * abort, queries, and the API-edge validity check. */
 #include "api.h"
 
+#include <errno.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +35,104 @@ static struct papComm* tombRing[PAP_TOMB_MAX];
 static unsigned tombSlot;
 static struct papComm* tombHead;
 
+/* ---- Live comms and the state dump (PAPCCL_DUMP_SIGNAL) ------------------------------ */
+
+static pthread_mutex_t liveLock = PTHREAD_MUTEX_INITIALIZER;
+static struct papComm* liveHead;
+static _Atomic uint32_t dumpBell; /* bumped by the signal handler; the dump thread sleeps on it */
+static int dumpStarted; /* under liveLock */
+
+void papCommStateText(struct papComm* comm, char* buf, size_t len) {
+  pthread_mutex_lock(&comm->diagLock);
+  if (comm->diagActive)
+    snprintf(buf, len, "rank %d of %d (comm %p): %s", comm->rank, comm->nranks, (void*)comm,
+             comm->diagText);
+  else
+    snprintf(buf, len,
+             "rank %d of %d (comm %p): no operation waits (one shows here once it has waited "
+             "100 ms)",
+             comm->rank, comm->nranks, (void*)comm);
+  pthread_mutex_unlock(&comm->diagLock);
+}
+
+static void dumpHandler(int sig) {
+  (void)sig;
+  int saved = errno;
+  atomic_fetch_add_explicit(&dumpBell, 1, memory_order_seq_cst);
+  papFutexWakeAll((uint32_t*)&dumpBell); /* a raw futex syscall: async-signal-safe */
+  errno = saved;
+}
+
+static void* dumpMain(void* arg) {
+  int sig = (int)(intptr_t)arg;
+  uint32_t seen = atomic_load_explicit(&dumpBell, memory_order_acquire);
+  char text[1024];
+  for (;;) {
+    papFutexWait((uint32_t*)&dumpBell, seen, 0);
+    uint32_t now = atomic_load_explicit(&dumpBell, memory_order_acquire);
+    if (now == seen) continue;
+    seen = now;
+    pthread_mutex_lock(&liveLock);
+    int count = 0;
+    for (struct papComm* c = liveHead; c; c = c->liveNext)
+      count++;
+    PAP_WARN("state dump on signal %d: %d communicator(s) in this process", sig, count);
+    for (struct papComm* c = liveHead; c; c = c->liveNext) {
+      papCommStateText(c, text, sizeof(text));
+      PAP_WARN("state dump: %s", text);
+    }
+    pthread_mutex_unlock(&liveLock);
+  }
+  return NULL;
+}
+
+/* Once per process, when PAPCCL_DUMP_SIGNAL names a signal: its handler and the thread that
+ * logs the dump (a handler may only wake it). Under liveLock. */
+static void dumpStart(void) {
+  int sig = (int)papParamDumpSignal();
+  if (dumpStarted || sig <= 0) return;
+  dumpStarted = 1;
+  pthread_t th;
+  int err = pthread_create(&th, NULL, dumpMain, (void*)(intptr_t)sig);
+  if (err != 0) {
+    PAP_WARN("PAPCCL_DUMP_SIGNAL=%d: cannot start the dump thread: %s", sig, strerror(err));
+    return;
+  }
+  pthread_detach(th);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = dumpHandler;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(sig, &sa, NULL) != 0)
+    PAP_WARN("PAPCCL_DUMP_SIGNAL=%d: cannot install the handler: %s", sig, strerror(errno));
+  else
+    PAP_INFO(PAP_LOG_INIT, "signal %d dumps what every communicator waits for", sig);
+}
+
+static void liveAdd(struct papComm* c) {
+  pthread_mutex_lock(&liveLock);
+  dumpStart();
+  c->livePrev = NULL;
+  c->liveNext = liveHead;
+  if (liveHead) liveHead->livePrev = c;
+  liveHead = c;
+  pthread_mutex_unlock(&liveLock);
+}
+
+static void liveRemove(struct papComm* c) {
+  pthread_mutex_lock(&liveLock);
+  if (c->livePrev)
+    c->livePrev->liveNext = c->liveNext;
+  else if (liveHead == c)
+    liveHead = c->liveNext;
+  if (c->liveNext) c->liveNext->livePrev = c->livePrev;
+  c->liveNext = c->livePrev = NULL;
+  pthread_mutex_unlock(&liveLock);
+}
+
 static void freeShell(struct papComm* c) {
+  pthread_mutex_destroy(&c->diagLock);
   pthread_mutex_destroy(&c->progressLock);
   pthread_mutex_destroy(&c->userOpLock);
   pthread_mutex_destroy(&c->jobLock);
@@ -54,6 +154,7 @@ __attribute__((destructor)) static void freeTombstones(void) {
 }
 
 void papCommFreeShell(struct papComm* comm) {
+  liveRemove(comm);
   atomic_store_explicit((_Atomic uint64_t*)&comm->magic, PAP_COMM_DEAD, memory_order_seq_cst);
   pthread_mutex_lock(&tombLock);
   struct papComm* old = tombRing[tombSlot];
@@ -83,8 +184,10 @@ papcclResult_t papCommAllocShell(int rank, int nranks, const papcclConfig_t* con
   pthread_mutex_init(&comm->userOpLock, NULL);
   pthread_mutex_init(&comm->jobLock, NULL);
   pthread_mutex_init(&comm->devLock, NULL);
+  pthread_mutex_init(&comm->diagLock, NULL);
   comm->magic = PAP_COMM_MAGIC;
   comm->magicTail = PAP_COMM_MAGIC;
+  liveAdd(comm);
   papcclResult_t res = papProgressStart(comm);
   if (res != papcclSuccess) {
     papCommFreeShell(comm);

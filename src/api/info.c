@@ -25,6 +25,20 @@ PAPCCL_API papcclResult_t papcclCommGetPapStats(papcclComm_t comm, papcclPapStat
   return res;
 }
 
+PAPCCL_API papcclResult_t papcclCommDumpState(papcclComm_t comm, char* buf, size_t len) {
+  PAP_CHECK(papCommEnter(comm, "papcclCommDumpState"));
+  papcclResult_t res = papcclSuccess;
+  if (buf == NULL || len == 0) {
+    PAP_WARN("papcclCommDumpState: buf %p, len %zu: a buffer of at least 1 byte is needed",
+             (void*)buf, len);
+    res = papcclInvalidArgument;
+  } else {
+    papCommStateText(comm, buf, len);
+  }
+  papCommLeave(comm);
+  return res;
+}
+
 PAPCCL_API papcclResult_t papcclGetVersion(int* version) {
   if (version == NULL) {
     papLogSetContext(-1, NULL, 0);

@@ -659,6 +659,8 @@ static papcclResult_t rankAt(struct papComm* comm, const struct papArrival* a, i
 static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64_t now) {
   PAP_CHECK(papWaitCheck(w, now));
   if (!papWaitHealthDue(w, now)) return papcclSuccess;
+  papDiagUpdate(comm, w, NULL);
+  PAP_CHECK(papCommCheckDeadPeer(comm));
   for (int r = 0; r < comm->nranks; r++) {
     if (r == comm->rank || comm->tops->peerAlive(comm->tstate, r)) continue;
     PAP_WARN("rank %d (pid %d) exited while %s", r, comm->pids[r], w->what);
@@ -1202,6 +1204,24 @@ papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats) {
  * broadcast needs no one), so before rank 0 lets go of the board it waits, bounded by the
  * timeout, until every rank has released the slots of the last collectives. Skipped after
  * an error or an abort: then the peers fail anyway. */
+int papArrivalArrived(struct papComm* comm, const struct papOpDesc* op, unsigned char* arrived) {
+  const struct papArrival* a = &op->arr;
+  int n = comm->nranks;
+  if (!a->used || a->flat || comm->arrival == NULL || comm->arrival->msg) return -1;
+  uint64_t word = 0;
+  if (bLoad(comm, IDX_WORD(n, a->slot), &word) != papcclSuccess || PAP_W_GEN(word) != a->gen)
+    return -1;
+  memset(arrived, 0, (size_t)n);
+  uint32_t cnt = PAP_W_COUNT(word);
+  for (uint32_t p = 0; p < cnt && p < (uint32_t)n; p++) {
+    uint64_t v = 0;
+    if (bLoad(comm, IDX_RANKAT(n, a->slot, p), &v) != papcclSuccess) return -1;
+    int r = (int)(uint32_t)v - 1;
+    if ((uint32_t)(v >> 32) == a->gen && r >= 0 && r < n) arrived[r] = 1;
+  }
+  return 0;
+}
+
 void papArrivalDrainBoard(struct papComm* comm) {
   int n = comm->nranks;
   if (comm->rank != 0 || n < 2 || n > 0xffff || comm->tstate == NULL ||

@@ -157,6 +157,15 @@ int papSelectForcedAlgo(void);
 void papArrivalComplete(struct papComm* comm, struct papOpDesc* op);
 /* papcclCommGetPapStats's figures (papcclInvalidUsage before the comm is up). */
 papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats);
+/* Which ranks arrived at op (arrived[r] = 1), read from a shared board: 0; -1 where the
+ * board cannot tell (a message board, a flat op, the slot moved on). For diagnostics. */
+int papArrivalArrived(struct papComm* comm, const struct papOpDesc* op, unsigned char* arrived);
+/* Hang diagnosis (diag.c), by the waiting thread at its health checks: composes what it
+ * waits for (comm->curOps, arrivals, the engine's awaited peers) into comm->diagHint, points
+ * w->hint at it (the timeout's WARN) and publishes it in comm->diagText. seen: the ranks a
+ * flat op has seen, or NULL (the board tells). papDiagClear: the wait is over. */
+void papDiagUpdate(struct papComm* comm, struct papWait* w, const int* seen);
+void papDiagClear(struct papComm* comm);
 /* Destroy on rank 0 of a network board: waits (bounded) until every rank released the
  * slots of the last collectives. */
 void papArrivalDrainBoard(struct papComm* comm);

@@ -198,6 +198,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
       uint64_t now = papNowNs();
       PAP_CHECK(papWaitCheck(&w, now));
       if (papWaitHealthDue(&w, now)) {
+        papDiagUpdate(comm, &w, seen);
         for (int p = 0; p < n; p++) {
           if (seen[p] || comm->tops->peerAlive(comm->tstate, p)) continue;
           PAP_WARN("allreduce #%llu on rank %d: rank %d (pid %d) exited before it arrived",

@@ -56,6 +56,15 @@ struct papComm {
   _Atomic int transportLive; /* set once tops/tstate are up: the progress thread may drive them */
   _Atomic int pendingHostJobs; /* of those, all but device ops in stream order: InProgress */
   char lastError[512];
+  /* Hang diagnosis (the arrival layer's diag.c): the ops the progress-lock holder runs, what
+   * it waits for in words (its own, for its timeout WARN), and that text published for other
+   * threads (papcclCommDumpState, the dump signal) under diagLock. */
+  const struct papOpDesc* curOps;
+  int curNops;
+  char diagHint[640];
+  pthread_mutex_t diagLock;
+  int diagActive;
+  char diagText[768];
 
   uint64_t collSeq; /* next collective sequence number (same on every rank) */
   uint64_t* p2pSendCount; /* [nranks] messages sent to each peer (p2p tag matching) */
@@ -98,6 +107,8 @@ struct papComm {
   struct papComm* hierLeaders; /* NULL on ranks that lead no host */
   _Atomic uint64_t hierOps; /* allreduces that took the hierarchical path */
 
+  struct papComm* liveNext; /* the process's live comms (the dump signal walks them) */
+  struct papComm* livePrev;
   struct papComm* tombNext;
   uint64_t magicTail;
 };

@@ -90,7 +90,10 @@
   X(IbRdmaMin, "PAPCCL_IB_RDMA_MIN", 65536, 0, 1099511627776, \
     "ib: larger messages are RDMA-written straight into the receiver's buffer") \
   X(IbTimeout, "PAPCCL_IB_TIMEOUT", 18, 1, 31, \
-    "ib: queue-pair ack timeout exponent (4.096 us x 2^n, 7 retries)")
+    "ib: queue-pair ack timeout exponent (4.096 us x 2^n, 7 retries)") \
+  X(DumpSignal, "PAPCCL_DUMP_SIGNAL", 0, 0, 64, \
+    "a signal number (`10` is SIGUSR1 on Linux): on it every communicator of the process logs " \
+    "what it waits for, as `papcclCommDumpState` gives it (hang diagnosis); `0`: none")
 
 /* X(getter, env name, default, doc). String parameters (NULL default = unset). */
 #define PAP_PARAM_STR_LIST(X) \

@@ -201,7 +201,12 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
       papWaitProgressed(&w, now);
       spinFresh = 0;
     }
-    if (papWaitHealthDue(&w, now)) PAP_CHECK(checkPeers(comms, ncomms));
+    if (papWaitHealthDue(&w, now)) {
+      for (int c = 0; c < ncomms; c++)
+        papDiagUpdate(comms[c], &w, NULL);
+      w.hint = comms[0]->diagHint;
+      PAP_CHECK(checkPeers(comms, ncomms));
+    }
     PAP_CHECK(papWaitCheck(&w, now));
     if (papWaitSpin(&w, now)) continue;
     /* Sleep. The token is taken before the last check, so a wakeup cannot be lost. */
@@ -281,6 +286,10 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
     pthread_mutex_lock(&comms[c]->progressLock);
     papProgressUserEnter(comms[c]);
   }
+  for (int c = 0; c < ncomms; c++) {
+    comms[c]->curOps = ops;
+    comms[c]->curNops = nops;
+  }
   for (int i = 0; i < nops; i++)
     PAP_CHECK_GOTO(prepareOp(&ops[i]), res, out);
   for (int c = 0; c < ncomms; c++) {
@@ -321,6 +330,9 @@ out:
   for (int i = 0; i < nops; i++)
     finishOp(&ops[i], res);
   for (int c = 0; c < locked; c++) {
+    comms[c]->curOps = NULL;
+    comms[c]->curNops = 0;
+    if (comms[c]->diagActive) papDiagClear(comms[c]); /* only this thread sets it */
     papProgressUserLeave(comms[c]);
     pthread_mutex_unlock(&comms[c]->progressLock);
   }
