@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -614,6 +615,81 @@ TEST_F(Ucx, CutLinkFailsCleanly) {
       },
       opt);
   ExpectAllSucceeded(out, "UCX with a cut link");
+}
+
+// One host's ranks are killed (SIGKILL) between two allreduces: the survivors on the other
+// hosts, which need not wait on a dead rank themselves, all fail well before the timeout,
+// shrink the communicator without the dead host (NCCL_SHRINK_ABORT's papccl twin) and run
+// 100 allreduces over UCX on the new one.
+void KilledHostShrinkAndGoOn(HostKind kind) {
+  const std::vector<int> hostOf = {0, 1, 2, 2};
+  const int n = 4, deadHost = 2, timeoutS = 60;
+  std::unique_ptr<NetnsHosts> ns;
+  std::unique_ptr<ScopedEnv> rendezvous;
+  if (kind == HostKind::kNetns) {
+    ns.reset(new NetnsHosts(3));
+    ASSERT_TRUE(ns->ok()) << "netns-hosts.sh up failed (its output is above)";
+    rendezvous.reset(new ScopedEnv("PAPCCL_COMM_ID", NetnsHosts::Address(0) + ":29501"));
+  }
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", std::to_string(timeoutS));
+  Options opt = OwnComms(180);
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, hostOf[rk.rank], ns.get());
+        ASSERT_NE(nullptr, rk.comm);
+        const size_t count = 1 << 18;
+        std::vector<float> b(count, 1.0f);
+        ASSERT_EQ(papcclSuccess, papcclAllReduce(b.data(), b.data(), count, papcclFloat32,
+                                                 papcclSum, rk.comm, nullptr));
+        if (hostOf[rk.rank] == deadHost) raise(SIGKILL);
+        ExpectWarn warned;  // the survivors log why they fail
+        const double t0 = NowS();
+        papcclResult_t r =
+            papcclAllReduce(b.data(), b.data(), count, papcclFloat32, papcclSum, rk.comm, nullptr);
+        const double took = NowS() - t0;
+        fprintf(stderr, "rank %d: detection over UCX: %d after %.3f s: %s\n", rk.rank, (int)r, took,
+                papcclGetLastError(rk.comm));
+        EXPECT_NE(papcclSuccess, r);
+        EXPECT_LT(took, timeoutS / 4.0) << "the dead host was not seen before the timeout";
+        std::vector<int> dead = {2, 3};
+        papcclComm_t child = nullptr;
+        ASSERT_EQ(papcclSuccess,
+                  papcclCommShrink(rk.comm, dead.data(), 2, &child, nullptr, PAPCCL_SHRINK_ABORT))
+            << papcclGetLastError(rk.comm);
+        int cn = 0;
+        EXPECT_EQ(papcclSuccess, papcclCommCount(child, &cn));
+        EXPECT_EQ(2, cn);
+        for (int it = 0; it < 100; it++) {
+          const size_t c = it % 2 ? count : 5;
+          std::fill(b.begin(), b.begin() + (long)c, (float)(rk.rank + it));
+          ASSERT_EQ(papcclSuccess, papcclAllReduce(b.data(), b.data(), c, papcclFloat32, papcclSum,
+                                                   child, nullptr))
+              << papcclGetLastError(child);
+          ASSERT_TRUE(b[0] == (float)(1 + 2 * it) && b[c - 1] == (float)(1 + 2 * it))
+              << "allreduce " << it << " on the shrunk comm: " << b[0];
+        }
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(child));
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      opt);
+  for (const auto& o : out) {
+    if (hostOf[o.rank] == deadHost) {
+      EXPECT_EQ(SIGKILL, o.signal) << "rank " << o.rank;
+    } else {
+      EXPECT_TRUE(o.exited && o.exitCode == 0)
+          << "rank " << o.rank << " exit " << o.exitCode << " signal " << o.signal;
+    }
+  }
+}
+
+TEST_F(Ucx, KilledHostShrinkAndGoOnHostIds) {
+  KilledHostShrinkAndGoOn(HostKind::kHostId);
+}
+
+TEST_F(Ucx, KilledHostShrinkAndGoOnNetns) {
+  PAPT_NEED_NETNS();
+  KilledHostShrinkAndGoOn(HostKind::kNetns);
 }
 
 #endif  // PAPCCL_HAVE_UCX

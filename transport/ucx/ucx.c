@@ -39,6 +39,7 @@
 #define UCX_AM_HOME_REQ 8 /* a board request to rank 0 (id 0: no reply wanted) */
 #define UCX_AM_HOME_REPLY 9 /* rank 0's reply to the request with that id */
 #define UCX_AM_HOME_PUSH 10 /* a message from rank 0's board to this rank */
+#define UCX_AM_DEPART 11 /* "I leave in good order": my endpoint's end is no failure */
 
 /* Header of the board's active messages. */
 struct ucxHomeHdr {
@@ -88,6 +89,7 @@ struct papConn {
   int peer;
   ucp_ep_h ep;
   _Atomic int dead; /* the error handler saw the peer fail */
+  _Atomic int departed; /* the peer said it leaves in good order (UCX_AM_DEPART) */
 };
 
 struct ucxState {
@@ -318,6 +320,18 @@ static int homeHdr(const void* header, size_t headerLen, const ucp_am_recv_param
   return 0;
 }
 
+static ucs_status_t amDepart(void* arg, const void* header, size_t headerLen, void* data,
+                             size_t len, const ucp_am_recv_param_t* param) {
+  (void)data, (void)len;
+  struct ucxState* st = (struct ucxState*)arg;
+  struct ucxHomeHdr h;
+  if (homeHdr(header, headerLen, param, &h) != 0 || h.from < 0 || h.from >= st->nranks ||
+      st->conns == NULL || st->conns[h.from] == NULL)
+    return UCS_OK;
+  atomic_store_explicit(&st->conns[h.from]->departed, 1, memory_order_release);
+  return UCS_OK;
+}
+
 /* At rank 0: one board request (inside the worker's progress, wlock held). */
 static ucs_status_t amHomeReq(void* arg, const void* header, size_t headerLen, void* data,
                               size_t len, const ucp_am_recv_param_t* param) {
@@ -492,7 +506,8 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
   if ((res = setAm(st, UCX_AM_WAKE, amWake)) != papcclSuccess ||
       (res = setAm(st, UCX_AM_HOME_REQ, amHomeReq)) != papcclSuccess ||
       (res = setAm(st, UCX_AM_HOME_REPLY, amHomeReply)) != papcclSuccess ||
-      (res = setAm(st, UCX_AM_HOME_PUSH, amHomePush)) != papcclSuccess)
+      (res = setAm(st, UCX_AM_HOME_PUSH, amHomePush)) != papcclSuccess ||
+      (res = setAm(st, UCX_AM_DEPART, amDepart)) != papcclSuccess)
     goto fail;
   if (papCalloc(&st->conns, (size_t)st->nranks) != papcclSuccess ||
       papCalloc(&st->serveBuf, PAP_HOME_MAX_BYTES) != papcclSuccess ||
@@ -718,6 +733,57 @@ static int ucxPeerAlive(void* state, int peer) {
   struct ucxState* st = (struct ucxState*)state;
   if (peer < 0 || peer >= st->nranks || st->conns[peer] == NULL) return 1;
   return !atomic_load_explicit(&st->conns[peer]->dead, memory_order_acquire);
+}
+
+/* A peer whose endpoint failed although it did not depart: the comm is broken for every
+ * rank, also one that waits on another peer. */
+static int ucxDeadPeer(void* state) {
+  struct ucxState* st = (struct ucxState*)state;
+  for (int p = 0; p < st->nranks; p++) {
+    struct papConn* c = st->conns[p];
+    if (p == st->rank || c == NULL || !atomic_load_explicit(&c->dead, memory_order_acquire))
+      continue;
+    if (!atomic_load_explicit(&c->departed, memory_order_acquire)) return p;
+  }
+  return -1;
+}
+
+/* Tells every peer that this rank leaves in good order, before its endpoints close (one
+ * eager message each, on the same endpoint, so it arrives before the close; bounded wait). */
+static void ucxDepart(void* state) {
+  struct ucxState* st = (struct ucxState*)state;
+  /* The header must outlive a send still in flight at the deadline: then it is left. */
+  struct ucxHomeHdr* h = (struct ucxHomeHdr*)malloc(sizeof(*h));
+  ucs_status_ptr_t* reqs = (ucs_status_ptr_t*)calloc((size_t)st->nranks, sizeof(*reqs));
+  if (reqs == NULL || h == NULL) {
+    free(reqs);
+    free(h);
+    return;
+  }
+  *h = (struct ucxHomeHdr){0, st->rank, 0};
+  int left = 0;
+  pthread_mutex_lock(&st->wlock);
+  for (int p = 0; p < st->nranks; p++) {
+    struct papConn* c = st->conns[p];
+    if (p == st->rank || c == NULL || atomic_load_explicit(&c->dead, memory_order_acquire))
+      continue;
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_AM_SEND_FLAG_EAGER;
+    reqs[p] = ucp_am_send_nbx(c->ep, UCX_AM_DEPART, h, sizeof(*h), NULL, 0, &prm);
+  }
+  uint64_t deadline = papNowNs() + 200000000ull;
+  for (int p = 0; p < st->nranks; p++) {
+    if (!UCS_PTR_IS_PTR(reqs[p])) continue;
+    while (ucp_request_check_status(reqs[p]) == UCS_INPROGRESS && papNowNs() < deadline)
+      ucp_worker_progress(st->worker);
+    left += ucp_request_check_status(reqs[p]) == UCS_INPROGRESS;
+    ucp_request_free(reqs[p]);
+  }
+  pthread_mutex_unlock(&st->wlock);
+  free(reqs);
+  if (!left) free(h);
 }
 
 static uint32_t ucxWaitToken(void* state) {
@@ -1054,6 +1120,8 @@ const struct papTransportOps papTransportUcx = {
     .test = ucxTest,
     .progress = ucxProgress,
     .peerAlive = ucxPeerAlive,
+    .deadPeer = ucxDeadPeer,
+    .depart = ucxDepart,
     .waitToken = ucxWaitToken,
     .wait = ucxWait,
     .wake = ucxWake,
