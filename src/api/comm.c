@@ -44,9 +44,13 @@ static int dumpStarted; /* under liveLock */
 
 void papCommStateText(struct papComm* comm, char* buf, size_t len) {
   pthread_mutex_lock(&comm->diagLock);
-  if (comm->diagActive)
+  if (comm->diagActive == 1)
     snprintf(buf, len, "rank %d of %d (comm %p): %s", comm->rank, comm->nranks, (void*)comm,
              comm->diagText);
+  else if (comm->diagActive == 2)
+    snprintf(
+        buf, len, "rank %d of %d (comm %p): no operation waits; the last one failed (%s) in %s",
+        comm->rank, comm->nranks, (void*)comm, papResultString(comm->diagResult), comm->diagText);
   else
     snprintf(buf, len,
              "rank %d of %d (comm %p): no operation waits (one shows here once it has waited "

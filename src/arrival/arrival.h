@@ -163,9 +163,10 @@ int papArrivalArrived(struct papComm* comm, const struct papOpDesc* op, unsigned
 /* Hang diagnosis (diag.c), by the waiting thread at its health checks: composes what it
  * waits for (comm->curOps, arrivals, the engine's awaited peers) into comm->diagHint, points
  * w->hint at it (the timeout's WARN) and publishes it in comm->diagText. seen: the ranks a
- * flat op has seen, or NULL (the board tells). papDiagClear: the wait is over. */
+ * flat op has seen, or NULL (the board tells). papDiagFinish: the wait is over, with res
+ * (a failure keeps its text, as what the failed operation waited for). */
 void papDiagUpdate(struct papComm* comm, struct papWait* w, const int* seen);
-void papDiagClear(struct papComm* comm);
+void papDiagFinish(struct papComm* comm, papcclResult_t res);
 /* Destroy on rank 0 of a network board: waits (bounded) until every rank released the
  * slots of the last collectives. */
 void papArrivalDrainBoard(struct papComm* comm);

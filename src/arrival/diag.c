@@ -120,8 +120,9 @@ void papDiagUpdate(struct papComm* comm, struct papWait* w, const int* seen) {
   pthread_mutex_unlock(&comm->diagLock);
 }
 
-void papDiagClear(struct papComm* comm) {
+void papDiagFinish(struct papComm* comm, papcclResult_t res) {
   pthread_mutex_lock(&comm->diagLock);
-  comm->diagActive = 0;
+  comm->diagActive = res == papcclSuccess ? 0 : 2;
+  comm->diagResult = res;
   pthread_mutex_unlock(&comm->diagLock);
 }

@@ -63,7 +63,8 @@ struct papComm {
   int curNops;
   char diagHint[640];
   pthread_mutex_t diagLock;
-  int diagActive;
+  int diagActive; /* 0: nothing waits; 1: diagText waits now; 2: it was the last failure */
+  papcclResult_t diagResult; /* that failure's result */
   char diagText[768];
 
   uint64_t collSeq; /* next collective sequence number (same on every rank) */

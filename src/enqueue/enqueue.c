@@ -332,7 +332,7 @@ out:
   for (int c = 0; c < locked; c++) {
     comms[c]->curOps = NULL;
     comms[c]->curNops = 0;
-    if (comms[c]->diagActive) papDiagClear(comms[c]); /* only this thread sets it */
+    if (comms[c]->diagActive) papDiagFinish(comms[c], res); /* only this thread sets it */
     papProgressUserLeave(comms[c]);
     pthread_mutex_unlock(&comms[c]->progressLock);
   }

@@ -477,9 +477,13 @@ void ProcessGroupPapccl::watchdogLoop() {
     if (!running_ || aborted_ || deadline_ != deadline) continue;
     // The running batch outlived its timeout: abort the communicator (the call returns an
     // error in the worker), as NCCL's process group does.
+    // What the rank waited for (the ranks that have not arrived, the peers its plan waits
+    // on), read before the abort ends the wait.
+    char state[1024] = "";
+    papcclCommDumpState(comm_, state, sizeof(state));
     std::ostringstream why;
     why << runningName_ << " timed out after " << runningTimeout_.count()
-        << " ms (the group's timeout); the communicator was aborted";
+        << " ms (the group's timeout); the communicator was aborted. State: " << state;
     brokenWhy_ = why.str();
     aborted_ = true;
     papcclCommAbort(comm_);
