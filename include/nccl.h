@@ -7,8 +7,8 @@
  * (nccl_device.h), which papccl does not implement, and clients such as nccl-tests include
  * that header and switch features on when they see 2.28 at compile time or at run time.
  * Every 2.28 host function is declared and exported; those papccl does not implement
- * (window registration, shrink, revoke, the group simulation) return ncclInvalidUsage with
- * a reason in ncclGetLastError. Buffers may also be host memory (a papccl extension), so
+ * (window registration, the group simulation, the device API's host side) return
+ * ncclInvalidUsage with a reason in ncclGetLastError. Buffers may also be host memory (a papccl extension), so
  * NCCL programs run on machines without a GPU. */
 #ifndef NCCL_H_
 #define NCCL_H_
