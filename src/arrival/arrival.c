@@ -246,10 +246,11 @@ static int sharedBoard(const struct papComm* comm) {
 void papArrivalMismatchWarn(uint64_t cseq, int a, uint64_t sigA, int rootA, int b, uint64_t sigB,
                             int rootB) {
   char x[128], y[128];
-  PAP_WARN("collective #%llu mismatch: rank %d called %s but rank %d called %s (every rank must "
-           "make the same calls in the same order)",
-           (unsigned long long)cseq, a, papArrivalCallString(sigA, rootA, x, sizeof(x)), b,
-           papArrivalCallString(sigB, rootB, y, sizeof(y)));
+  PAP_WARN(
+      "collective #%llu mismatch: rank %d called %s but rank %d called %s (every rank must "
+      "make the same calls in the same order)",
+      (unsigned long long)cseq, a, papArrivalCallString(sigA, rootA, x, sizeof(x)), b,
+      papArrivalCallString(sigB, rootB, y, sizeof(y)));
 }
 
 static void wakeAll(struct papComm* comm) {
@@ -278,9 +279,10 @@ static papcclResult_t markFailure(struct papComm* comm, uint64_t cseq, uint64_t 
              (unsigned long long)cseq, a, b);
   } else if (MARK_WHY(mark) == WHY_GROUPED) {
     char x[128];
-    PAP_WARN("collective #%llu mismatch: ranks %d and %d called %s, one of them inside a group "
-             "and the other alone (group alike on every rank or set PAPCCL_PAP=0)",
-             (unsigned long long)cseq, a, b, papArrivalCallString(sa, ra, x, sizeof(x)));
+    PAP_WARN(
+        "collective #%llu mismatch: ranks %d and %d called %s, one of them inside a group "
+        "and the other alone (group alike on every rank or set PAPCCL_PAP=0)",
+        (unsigned long long)cseq, a, b, papArrivalCallString(sa, ra, x, sizeof(x)));
   } else {
     papArrivalMismatchWarn(cseq, a, sa, ra, b, sb, rb);
   }
@@ -391,67 +393,71 @@ void papArrivalFlightEnd(struct papComm* comm) {
   if (ps != NULL) ps->flightLo = ps->flightHi = 0;
 }
 
+/* Collective c ran on the board here: a mark for it, or a peer that ran it flat. */
+static papcclResult_t boardOpCheck(struct papComm* comm, uint64_t c, int board) {
+  int s = (int)(c % PAP_BOARD_SLOTS);
+  uint64_t m = 0;
+  if (board) {
+    PAP_CHECK(bLoad(comm, IDX_MARK(comm->nranks, s), &m));
+    if (MARK_GEN(m) == genOf(c)) return markFailure(comm, c, m);
+  }
+  int peer = -1;
+  uint64_t psig = 0;
+  if (!papFlatPeerAt(comm, c, &peer, &psig)) return papcclSuccess;
+  uint64_t sig = 0;
+  int root = 0;
+  if (board) PAP_CHECK(callOf(comm, s, comm->rank, &sig, &root));
+  papArrivalMismatchWarn(c, peer, psig, 0, comm->rank, sig, root);
+  return papcclInvalidUsage;
+}
+
 papcclResult_t papArrivalCheckMismatch(struct papComm* comm) {
   struct papArrivalState* ps = comm->arrival;
   if (ps == NULL || !ps->checkMismatch) return papcclSuccess;
   int n = comm->nranks, board = sharedBoard(comm);
-  uint64_t m = 0;
   /* Collectives that completed here before every rank had arrived. */
-  if (board && ps->pendAny) {
+  if (ps->pendAny) {
     int left = 0;
     for (int s = 0; s < PAP_BOARD_SLOTS; s++) {
       if (ps->pend[s] == 0) continue;
       uint64_t c = ps->pend[s] - 1;
       int done = 0;
-      PAP_CHECK(arrivalsChecked(comm, s, genOf(c), &done));
-      PAP_CHECK(bLoad(comm, IDX_MARK(n, s), &m));
-      if (MARK_GEN(m) == genOf(c)) {
-        ps->pend[s] = 0;
-        ps->pendAny = 0;
-        for (int t = 0; t < PAP_BOARD_SLOTS; t++)
-          ps->pendAny |= ps->pend[t] != 0;
-        return markFailure(comm, c, m);
-      }
-      if (done)
+      if (board) PAP_CHECK(arrivalsChecked(comm, s, genOf(c), &done));
+      papcclResult_t res = boardOpCheck(comm, c, board);
+      if (res != papcclSuccess || done)
         ps->pend[s] = 0;
       else
         left = 1;
+      if (res != papcclSuccess) {
+        for (int t = s + 1; t < PAP_BOARD_SLOTS; t++)
+          left |= ps->pend[t] != 0;
+        ps->pendAny = left;
+        return res;
+      }
     }
     ps->pendAny = left;
   }
   /* The batch in flight. */
   for (uint64_t c = ps->flightLo; c < ps->flightHi; c++) {
+    if (!ps->flightFlat) {
+      PAP_CHECK(boardOpCheck(comm, c, board));
+      continue;
+    }
+    /* We run c flat: a rank that arrived on the board for it made another call. */
+    if (!board) continue;
     int s = (int)(c % PAP_BOARD_SLOTS);
     uint32_t gen = genOf(c);
-    if (ps->flightFlat) {
-      /* We run c flat: a rank that arrived on the board for it made another call. */
-      if (!board) continue;
-      uint64_t w = 0, v = 0;
-      PAP_CHECK(bLoad(comm, IDX_WORD(n, s), &w));
-      if (PAP_W_GEN(w) != gen || PAP_W_COUNT(w) == 0) continue;
-      PAP_CHECK(bLoad(comm, IDX_RANKAT(n, s, 0), &v));
-      int first = entryRank(v, gen, n);
-      if (first < 0) continue; /* its entry comes next time */
-      uint64_t sig = 0;
-      int root = 0;
-      PAP_CHECK(callOf(comm, s, first, &sig, &root));
-      papArrivalMismatchWarn(c, first, sig, root, comm->rank, ps->flightSig, ps->flightRoot);
-      return papcclInvalidUsage;
-    }
-    if (board) {
-      PAP_CHECK(bLoad(comm, IDX_MARK(n, s), &m));
-      if (MARK_GEN(m) == gen) return markFailure(comm, c, m);
-    }
-    /* We run c on the board: a peer that ran it flat made another call. */
-    int peer = -1;
-    uint64_t psig = 0;
-    if (papFlatPeerAt(comm, c, &peer, &psig)) {
-      uint64_t sig = 0;
-      int root = 0;
-      if (board) PAP_CHECK(callOf(comm, s, comm->rank, &sig, &root));
-      papArrivalMismatchWarn(c, peer, psig, 0, comm->rank, sig, root);
-      return papcclInvalidUsage;
-    }
+    uint64_t w = 0, v = 0;
+    PAP_CHECK(bLoad(comm, IDX_WORD(n, s), &w));
+    if (PAP_W_GEN(w) != gen || PAP_W_COUNT(w) == 0) continue;
+    PAP_CHECK(bLoad(comm, IDX_RANKAT(n, s, 0), &v));
+    int first = entryRank(v, gen, n);
+    if (first < 0) continue; /* its entry comes next time */
+    uint64_t sig = 0;
+    int root = 0;
+    PAP_CHECK(callOf(comm, s, first, &sig, &root));
+    papArrivalMismatchWarn(c, first, sig, root, comm->rank, ps->flightSig, ps->flightRoot);
+    return papcclInvalidUsage;
   }
   return papcclSuccess;
 }

@@ -84,11 +84,12 @@ uint64_t papArrivalSignature(const struct papCall* c) {
 }
 
 const char* papArrivalCallString(uint64_t sig, int root, char* buf, size_t len) {
-  static const char* const colls[] = {"AllReduce", "Broadcast", "Reduce",  "AllGather", "ReduceScatter",
-                                      "AlltoAll",  "Gather",    "Scatter", "Send",      "Recv"};
-  static const char* const types[] = {"int8",    "uint8",  "int32",    "uint32",
-                                      "int64",   "uint64", "float16",  "float",
-                                      "double",  "bfloat16", "float8e4m3", "float8e5m2"};
+  static const char* const colls[] = {"AllReduce",     "Broadcast", "Reduce", "AllGather",
+                                      "ReduceScatter", "AlltoAll",  "Gather", "Scatter",
+                                      "Send",          "Recv"};
+  static const char* const types[] = {"int8",   "uint8",    "int32",      "uint32",
+                                      "int64",  "uint64",   "float16",    "float",
+                                      "double", "bfloat16", "float8e4m3", "float8e5m2"};
   static const char* const reds[] = {"sum", "prod", "max", "min"};
   unsigned coll = (unsigned)(sig & 0xff), red = (unsigned)(sig >> 8 & 0xff);
   unsigned type = (unsigned)(sig >> 16 & 0xff);
@@ -130,6 +131,8 @@ static int pollPeers(struct papComm* comm, uint64_t seq, uint64_t fseq, uint64_t
     uint64_t v = atomic_load_explicit(&h->seq, memory_order_acquire);
     if (v != seq) {
       if (v > seq && ps->checkMismatch) {
+        /* Its call is on the board when it ran ours there: named then. */
+        if (papArrivalCheckMismatch(comm) != papcclSuccess) return -1;
         char a[128];
         PAP_WARN(
             "collective #%llu mismatch: rank %d called %s but rank %d called another collective "
