@@ -267,6 +267,13 @@ static papcclResult_t callOf(struct papComm* comm, int s, int r, uint64_t* sig, 
   return papcclSuccess;
 }
 
+/* This rank's call in op's slot. */
+static papcclResult_t putCall(struct papComm* comm, const struct papOpDesc* op, uint64_t sig) {
+  int n = comm->nranks, s = op->arr.slot;
+  PAP_CHECK(bStore(comm, IDX_SIG(n, s, comm->rank), sig));
+  return bStore(comm, IDX_ROOT(n, s, comm->rank), (uint32_t)op->call.root);
+}
+
 /* A mark found for collective cseq: WARN as the rank that set it did, then fail. */
 static papcclResult_t markFailure(struct papComm* comm, uint64_t cseq, uint64_t mark) {
   int n = comm->nranks, s = (int)(cseq % PAP_BOARD_SLOTS);
@@ -825,13 +832,11 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   struct papWait slotWait;
   char slotWhat[160];
   int slotWaiting = 0;
-  int check = ps->checkMismatch;
-  uint64_t sig = 0;
-  if (check) { /* our call, before our arrival (section 11) */
-    sig = papArrivalSignature(&op->call);
-    PAP_CHECK(bStore(comm, IDX_SIG(n, a->slot, comm->rank), sig));
-    PAP_CHECK(bStore(comm, IDX_ROOT(n, a->slot, comm->rank), (uint32_t)op->call.root));
-  }
+  /* Our call goes on the board before our arrival (section 11), once the slot is ours to
+   * use: until every rank released its older generation, a later arriver of that one may
+   * still compare its call with ours of then (a group runs ahead of its slots). */
+  int check = ps->checkMismatch, callPut = 0;
+  uint64_t sig = check ? papArrivalSignature(&op->call) : 0;
   for (;;) {
     PAP_CHECK(bLoad(comm, wi, &w));
     uint32_t g = PAP_W_GEN(w);
@@ -862,12 +867,17 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
       nw = makeWord(a->gen, 0, 0, decided, 0, 1);
     } else {
       if (check && e == ARR_ERR_DECIDED) { /* the first arrival may have made another call */
+        PAP_CHECK(putCall(comm, op, sig));
         int logged = 0;
         papcclResult_t res = checkArrival(comm, op, sig, WHY_GROUPED, &logged);
         if (res != papcclInvalidUsage) return res;
         if (logged) return res;
       }
       return arrivalError(comm, op, e, g);
+    }
+    if (check && !callPut) {
+      PAP_CHECK(putCall(comm, op, sig));
+      callPut = 1;
     }
     int ok = 0;
     PAP_CHECK(bCas(comm, wi, w, nw, &ok));
