@@ -335,6 +335,7 @@ static papcclResult_t checkArrival(struct papComm* comm, const struct papOpDesc*
   int differ = s0 != sig || r0 != op->call.root;
   if (!differ && why == WHY_CALL) return papcclSuccess;
   if (differ) why = WHY_CALL;
+  PAP_CHECK(putCall(comm, op, sig)); /* named in the mark: our call goes first */
   PAP_CHECK(setMark(comm, a->slot, a->gen, makeMark(a->gen, why, first, comm->rank)));
   wakeAll(comm);
   if (why == WHY_CALL) {
@@ -362,13 +363,17 @@ static papcclResult_t arrivalsChecked(struct papComm* comm, int s, uint32_t gen,
   return papcclSuccess;
 }
 
-papcclResult_t papArrivalVerify(struct papComm* comm, const struct papOpDesc* op) {
+/* Completion of a board op (papArrivalComplete): the slot was read (readable) into slotBuf
+ * and every entry was there (complete), or not. Fails the op when the board marks it
+ * mismatched; when not every rank has arrived yet, its check is left pending. */
+static papcclResult_t verifyArrivals(struct papComm* comm, const struct papOpDesc* op, int readable,
+                                     int complete) {
   const struct papArrival* a = &op->arr;
   struct papArrivalState* ps = comm->arrival;
-  if (!a->used || !ps->checkMismatch || !sharedBoard(comm)) return papcclSuccess;
-  int done = 0;
+  if (!ps->checkMismatch || !sharedBoard(comm)) return papcclSuccess;
+  int done = complete || (readable && PAP_W_GEN(ps->slotBuf[0]) != a->gen);
+  if (!readable) PAP_CHECK(arrivalsChecked(comm, a->slot, a->gen, &done));
   uint64_t m = 0;
-  PAP_CHECK(arrivalsChecked(comm, a->slot, a->gen, &done));
   PAP_CHECK(bLoad(comm, IDX_MARK(comm->nranks, a->slot), &m)); /* after the entries */
   if (MARK_GEN(m) == a->gen) return markFailure(comm, op->call.cseq, m);
   if (!done) { /* a peer has not arrived yet: check later */
@@ -411,10 +416,8 @@ static papcclResult_t boardOpCheck(struct papComm* comm, uint64_t c, int board) 
   int peer = -1;
   uint64_t psig = 0;
   if (!papFlatPeerAt(comm, c, &peer, &psig)) return papcclSuccess;
-  uint64_t sig = 0;
-  int root = 0;
-  if (board) PAP_CHECK(callOf(comm, s, comm->rank, &sig, &root));
-  papArrivalMismatchWarn(c, peer, psig, 0, comm->rank, sig, root);
+  papArrivalMismatchWarn(c, peer, psig, 0, comm->rank, comm->arrival->mySig[s],
+                         comm->arrival->myRoot[s]);
   return papcclInvalidUsage;
 }
 
@@ -832,10 +835,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   struct papWait slotWait;
   char slotWhat[160];
   int slotWaiting = 0;
-  /* Our call goes on the board before our arrival (section 11), once the slot is ours to
-   * use: until every rank released its older generation, a later arriver of that one may
-   * still compare its call with ours of then (a group runs ahead of its slots). */
-  int check = ps->checkMismatch, callPut = 0;
+  int check = ps->checkMismatch;
   uint64_t sig = check ? papArrivalSignature(&op->call) : 0;
   for (;;) {
     PAP_CHECK(bLoad(comm, wi, &w));
@@ -867,17 +867,12 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
       nw = makeWord(a->gen, 0, 0, decided, 0, 1);
     } else {
       if (check && e == ARR_ERR_DECIDED) { /* the first arrival may have made another call */
-        PAP_CHECK(putCall(comm, op, sig));
         int logged = 0;
         papcclResult_t res = checkArrival(comm, op, sig, WHY_GROUPED, &logged);
         if (res != papcclInvalidUsage) return res;
         if (logged) return res;
       }
       return arrivalError(comm, op, e, g);
-    }
-    if (check && !callPut) {
-      PAP_CHECK(putCall(comm, op, sig));
-      callPut = 1;
     }
     int ok = 0;
     PAP_CHECK(bCas(comm, wi, w, nw, &ok));
@@ -893,9 +888,15 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
    * sees every entry sees any mark (papArrivalVerify). The entry is written either way, as
    * waiters for it (rankAt) have no other way out. */
   papcclResult_t mism = papcclSuccess;
-  if (check && a->pos > 0) {
-    int logged = 0;
-    mism = checkArrival(comm, op, sig, WHY_CALL, &logged);
+  if (check) {
+    ps->mySig[a->slot] = sig;
+    ps->myRoot[a->slot] = op->call.root;
+    if (a->pos == 0) { /* the first arrival's call, for the others to compare with */
+      mism = putCall(comm, op, sig);
+    } else {
+      int logged = 0;
+      mism = checkArrival(comm, op, sig, WHY_CALL, &logged);
+    }
   }
   PAP_CHECK(bStore(comm, IDX_RANKAT(n, a->slot, a->pos),
                    ((uint64_t)a->gen << 32) | (uint32_t)(comm->rank + 1)));
@@ -1334,10 +1335,10 @@ static void report(struct papComm* comm) {
   memset(ps->reportLate, 0, sizeof(ps->reportLate));
 }
 
-void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
+papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   struct papArrival* a = &op->arr;
   struct papArrivalState* ps = comm->arrival;
-  if ((!a->used && !a->flat) || ps == NULL) return;
+  if ((!a->used && !a->flat) || ps == NULL) return papcclSuccess;
   int n = comm->nranks;
   uint64_t tDone = papNowNs();
   papcclPapStats* st = &ps->st;
@@ -1375,7 +1376,9 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   } else {
     int readable = a->decided || !comm->tops->remoteBoard;
     st->lastComplete = readable && readArrivals(comm, a);
+    papcclResult_t res = verifyArrivals(comm, op, readable, st->lastComplete);
     (void)releaseSlot(comm, a);
+    if (res != papcclSuccess) return res;
   }
   int nst = n < PAPCCL_PAP_STATS_MAX_RANKS ? n : PAPCCL_PAP_STATS_MAX_RANKS;
   if (!st->lastComplete) { /* entries past N stay as papArrivalInit set them */
@@ -1388,7 +1391,7 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
     st->lastTimeInCollUs = (double)(tDone - a->tArr) / 1e3;
     st->lastPlanWaitUs = a->tPlan > a->tArr ? (double)(a->tPlan - a->tArr) / 1e3 : 0;
     report(comm);
-    return;
+    return papcclSuccess;
   }
   uint64_t aMin = UINT64_MAX, aMax = 0;
   for (int r = 0; r < n; r++) {
@@ -1456,6 +1459,7 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
     papSelectObserve(comm, op, skew, gap, tail, pap);
   }
   report(comm);
+  return papcclSuccess;
 }
 
 papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats) {

@@ -117,6 +117,8 @@ struct papArrivalState {
   uint64_t flightLo, flightHi;
   uint64_t pend[PAP_BOARD_SLOTS];
   int pendAny;
+  uint64_t mySig[PAP_BOARD_SLOTS]; /* this rank's last call in each slot, and its root */
+  int myRoot[PAP_BOARD_SLOTS];
   /* Predicted waits: ns from this rank's arrival to the last one, an EMA per context (the
    * op's signature and the two collectives before it, hashed), as training repeats the
    * same sequence every step (papArrivalPredict). */
@@ -172,9 +174,6 @@ void papArrivalFlightEnd(struct papComm* comm);
  * flat by a peer where this rank runs it on the board, or the other way round: WARN and
  * papcclInvalidUsage. Never on the fast path. */
 papcclResult_t papArrivalCheckMismatch(struct papComm* comm);
-/* A board op completed: fails it when the board marks it mismatched; when not every rank
- * has arrived yet, its check is left pending. */
-papcclResult_t papArrivalVerify(struct papComm* comm, const struct papOpDesc* op);
 /* The WARN of a mismatch between rank a's call and rank b's in collective cseq. */
 void papArrivalMismatchWarn(uint64_t cseq, int a, uint64_t sigA, int rootA, int b, uint64_t sigB,
                             int rootB);
@@ -187,8 +186,10 @@ int papFlatPeerAt(struct papComm* comm, uint64_t cseq, int* rankOut, uint64_t* s
 void papArrivalPredict(struct papComm* comm, struct papOpDesc* op, uint64_t sig);
 /* The algorithm PAPCCL_ALGO forces (PAP_ALGO_AUTO: none). */
 int papSelectForcedAlgo(void);
-/* Completion: stamps, statistics, selector. */
-void papArrivalComplete(struct papComm* comm, struct papOpDesc* op);
+/* Completion: stamps, statistics, selector; papcclInvalidUsage when the board marks a
+ * board op mismatched (a peer made another call: WARN), and when not every rank has arrived
+ * yet, its check is left pending (papArrivalCheckMismatch). */
+papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op);
 /* papcclCommGetPapStats's figures (papcclInvalidUsage before the comm is up). */
 papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats);
 /* Destroy on rank 0 of a network board: waits (bounded) until every rank released the

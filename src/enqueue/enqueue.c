@@ -301,7 +301,7 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
     papArrivalFlightAdd(ops[0].comm, &ops[0], 1);
     res = papFlatRun(ops[0].comm, &ops[0]);
     if (res == papcclSuccess)
-      papArrivalComplete(ops[0].comm, &ops[0]);
+      (void)papArrivalComplete(ops[0].comm, &ops[0]); /* flat: checked as the lines were read */
     else
       papCommSetError(ops[0].comm, res); /* peers may have read a partial exchange */
     goto out;
@@ -313,14 +313,14 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
     res = buildPlan(comms[c], ops, nops);
   int driven = res == papcclSuccess;
   if (driven) res = driveAll(comms, ncomms, nops == 1 ? &ops[0] : NULL);
-  /* Done with every step: unless a peer made another call (the board says). */
-  for (int i = 0; i < nops && res == papcclSuccess; i++) {
-    res = papArrivalVerify(ops[i].comm, &ops[i]);
-    if (res != papcclSuccess) papCommSetError(ops[i].comm, res);
-  }
   if (res == papcclSuccess) {
-    for (int i = 0; i < nops; i++)
-      papArrivalComplete(ops[i].comm, &ops[i]);
+    /* Done with every step, unless a peer made another call (the board says so). */
+    for (int i = 0; i < nops; i++) {
+      papcclResult_t r = papArrivalComplete(ops[i].comm, &ops[i]);
+      if (r == papcclSuccess) continue;
+      papCommSetError(ops[i].comm, r);
+      if (res == papcclSuccess) res = r;
+    }
   } else {
     /* The queues (or the arrival board) now hold a partial exchange: the comm cannot be
      * used again. */
