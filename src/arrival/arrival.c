@@ -206,6 +206,272 @@ static inline uint64_t makeWord(uint32_t gen, int algo, int commit, int decided,
          ((uint64_t)(decided & 1) << 32) | ((uint64_t)(nE & 0xffff) << 16) | (count & 0xffff);
 }
 
+/* The rank an entry of rank_at names, or -1. */
+static int entryRank(uint64_t v, uint32_t gen, int n) {
+  int r = (int)(uint32_t)v - 1;
+  return (uint32_t)(v >> 32) == gen && r >= 0 && r < n ? r : -1;
+}
+
+/* ---- Mismatched calls (docs/PAP-ENGINE.md section 11) -----------------------------------
+ * After the slots, per slot: a mark [gen:24 | why:8 | a:16 | b:16], the first mismatch seen
+ * in generation gen (rank a's call against rank b's), then per rank its call (signature,
+ * root). A rank writes its call before its arrival's CAS; a later arriver compares its call
+ * with the first arriver's, and marks a difference, before it writes its rank_at entry. So a
+ * reader that sees every entry of a generation, or the slot taken over by a newer one (every
+ * rank released it), sees the mark if there is one. Shared boards only (not a message
+ * board). */
+#define CHK_BASE(n) ((size_t)PAP_BOARD_SLOTS * SLOT_WORDS(n))
+#define CHK_WORDS(n) (1 + 2 * (size_t)(n))
+#define IDX_MARK(n, s) (CHK_BASE(n) + (size_t)(s)*CHK_WORDS(n))
+#define IDX_SIG(n, s, r) (IDX_MARK(n, s) + 1 + 2 * (size_t)(r))
+#define IDX_ROOT(n, s, r) (IDX_SIG(n, s, r) + 1)
+#define MARK_GEN(m) ((uint32_t)((m) >> 40))
+#define MARK_WHY(m) ((int)(((m) >> 32) & 0xffu))
+#define MARK_A(m) ((int)(((m) >> 16) & 0xffffu))
+#define MARK_B(m) ((int)((m)&0xffffu))
+enum {
+  WHY_CALL = 0, /* the calls differ */
+  WHY_GROUPED /* the same call, grouped on one rank and alone on the other */
+};
+static inline uint64_t makeMark(uint32_t gen, int why, int a, int b) {
+  return (uint64_t)gen << 40 | (uint64_t)(why & 0xff) << 32 | (uint64_t)(a & 0xffff) << 16 |
+         (uint64_t)(b & 0xffff);
+}
+
+/* The board's words are this rank's to use (not a message board's). */
+static int sharedBoard(const struct papComm* comm) {
+  return comm->tops->boardAtomic != NULL && !comm->arrival->msg && comm->nranks <= 0xffff;
+}
+
+void papArrivalMismatchWarn(uint64_t cseq, int a, uint64_t sigA, int rootA, int b, uint64_t sigB,
+                            int rootB) {
+  char x[128], y[128];
+  PAP_WARN(
+      "collective #%llu mismatch: rank %d called %s but rank %d called %s (every rank must "
+      "make the same calls in the same order)",
+      (unsigned long long)cseq, a, papArrivalCallString(sigA, rootA, x, sizeof(x)), b,
+      papArrivalCallString(sigB, rootB, y, sizeof(y)));
+}
+
+static void wakeAll(struct papComm* comm) {
+  for (int p = 0; p < comm->nranks; p++)
+    if (p != comm->rank) comm->tops->notify(comm->tstate, p);
+}
+
+/* Rank r's call in slot s: signature and root. */
+static papcclResult_t callOf(struct papComm* comm, int s, int r, uint64_t* sig, int* root) {
+  uint64_t v = 0;
+  PAP_CHECK(bLoad(comm, IDX_SIG(comm->nranks, s, r), sig));
+  PAP_CHECK(bLoad(comm, IDX_ROOT(comm->nranks, s, r), &v));
+  *root = (int)(uint32_t)v;
+  return papcclSuccess;
+}
+
+/* This rank's call in op's slot. */
+static papcclResult_t putCall(struct papComm* comm, const struct papOpDesc* op, uint64_t sig) {
+  int n = comm->nranks, s = op->arr.slot;
+  PAP_CHECK(bStore(comm, IDX_SIG(n, s, comm->rank), sig));
+  return bStore(comm, IDX_ROOT(n, s, comm->rank), (uint32_t)op->call.root);
+}
+
+/* A mark found for collective cseq: WARN as the rank that set it did, then fail. */
+static papcclResult_t markFailure(struct papComm* comm, uint64_t cseq, uint64_t mark) {
+  int n = comm->nranks, s = (int)(cseq % PAP_BOARD_SLOTS);
+  int a = MARK_A(mark), b = MARK_B(mark);
+  uint64_t sa = 0, sb = 0;
+  int ra = 0, rb = 0;
+  if (a >= n || b >= n || callOf(comm, s, a, &sa, &ra) != papcclSuccess ||
+      callOf(comm, s, b, &sb, &rb) != papcclSuccess) {
+    PAP_WARN("collective #%llu mismatch: ranks %d and %d made different calls",
+             (unsigned long long)cseq, a, b);
+  } else if (MARK_WHY(mark) == WHY_GROUPED) {
+    char x[128];
+    PAP_WARN(
+        "collective #%llu mismatch: ranks %d and %d called %s, one of them inside a group "
+        "and the other alone (group alike on every rank or set PAPCCL_PAP=0)",
+        (unsigned long long)cseq, a, b, papArrivalCallString(sa, ra, x, sizeof(x)));
+  } else {
+    papArrivalMismatchWarn(cseq, a, sa, ra, b, sb, rb);
+  }
+  return papcclInvalidUsage;
+}
+
+/* Marks generation gen of slot s mismatched (the first mark of a generation stays). */
+static papcclResult_t setMark(struct papComm* comm, int s, uint32_t gen, uint64_t mark) {
+  size_t mi = IDX_MARK(comm->nranks, s);
+  for (;;) {
+    uint64_t m = 0;
+    int ok = 0;
+    PAP_CHECK(bLoad(comm, mi, &m));
+    if (MARK_GEN(m) == gen) return papcclSuccess;
+    PAP_CHECK(bCas(comm, mi, m, mark, &ok));
+    if (ok) return papcclSuccess;
+  }
+}
+
+static papcclResult_t rankAt(struct papComm* comm, const struct papArrival* a, int p, int* rOut,
+                             struct papWait* w);
+
+/* A rank that arrived after the first (or was refused as grouped differently, why =
+ * WHY_GROUPED): compares its call with the first arriver's; a difference is marked for every
+ * rank to see, logged, and fails the op (papcclInvalidUsage). *loggedOut: a WARN was made. */
+static papcclResult_t checkArrival(struct papComm* comm, const struct papOpDesc* op, uint64_t sig,
+                                   int why, int* loggedOut) {
+  const struct papArrival* a = &op->arr;
+  int n = comm->nranks, first = -1;
+  uint64_t v = 0;
+  *loggedOut = 0;
+  PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
+  first = entryRank(v, a->gen, n);
+  if (first < 0) { /* the first arriver is between its CAS and its entry */
+    struct papWait w;
+    char what[160];
+    arrivalWait(comm, a, "for the first arrival's entry", what, sizeof(what), &w);
+    PAP_CHECK(rankAt(comm, a, 0, &first, &w));
+  }
+  uint64_t s0 = 0;
+  int r0 = 0;
+  PAP_CHECK(callOf(comm, a->slot, first, &s0, &r0));
+  int differ = s0 != sig || r0 != op->call.root;
+  if (!differ && why == WHY_CALL) return papcclSuccess;
+  if (differ) why = WHY_CALL;
+  PAP_CHECK(putCall(comm, op, sig)); /* named in the mark: our call goes first */
+  PAP_CHECK(setMark(comm, a->slot, a->gen, makeMark(a->gen, why, first, comm->rank)));
+  wakeAll(comm);
+  if (why == WHY_CALL) {
+    papArrivalMismatchWarn(op->call.cseq, first, s0, r0, comm->rank, sig, op->call.root);
+    *loggedOut = 1;
+  }
+  return papcclInvalidUsage;
+}
+
+/* Whether every arrival of generation gen in slot s was checked: every rank_at entry holds
+ * gen, or a newer generation took the slot over (every rank had released it). */
+static papcclResult_t arrivalsChecked(struct papComm* comm, int s, uint32_t gen, int* doneOut) {
+  int n = comm->nranks;
+  uint64_t* buf = comm->arrival->slotBuf;
+  *doneOut = 0;
+  PAP_CHECK(bRead(comm, IDX_WORD(n, s), 2 + (size_t)n, buf));
+  if (PAP_W_GEN(buf[0]) != gen) {
+    *doneOut = 1;
+    return papcclSuccess;
+  }
+  if (PAP_W_COUNT(buf[0]) != (uint32_t)n) return papcclSuccess;
+  for (int p = 0; p < n; p++)
+    if (entryRank(buf[2 + p], gen, n) < 0) return papcclSuccess;
+  *doneOut = 1;
+  return papcclSuccess;
+}
+
+/* Completion of a board op (papArrivalComplete): the slot was read (readable) into slotBuf
+ * and every entry was there (complete), or not. Fails the op when the board marks it
+ * mismatched; when not every rank has arrived yet, its check is left pending. */
+static papcclResult_t verifyArrivals(struct papComm* comm, const struct papOpDesc* op, int readable,
+                                     int complete) {
+  const struct papArrival* a = &op->arr;
+  struct papArrivalState* ps = comm->arrival;
+  if (!ps->checkMismatch || !sharedBoard(comm)) return papcclSuccess;
+  int done = complete || (readable && PAP_W_GEN(ps->slotBuf[0]) != a->gen);
+  if (!readable) PAP_CHECK(arrivalsChecked(comm, a->slot, a->gen, &done));
+  uint64_t m = 0;
+  PAP_CHECK(bLoad(comm, IDX_MARK(comm->nranks, a->slot), &m)); /* after the entries */
+  if (MARK_GEN(m) == a->gen) return markFailure(comm, op->call.cseq, m);
+  if (!done) { /* a peer has not arrived yet: check later */
+    ps->pend[a->slot] = op->call.cseq + 1;
+    ps->pendAny = 1;
+  }
+  return papcclSuccess;
+}
+
+void papArrivalFlightAdd(struct papComm* comm, const struct papOpDesc* op, int flat) {
+  struct papArrivalState* ps = comm->arrival;
+  uint64_t c = op->call.cseq;
+  if (ps->flightHi <= ps->flightLo) {
+    ps->flightLo = c;
+    ps->flightHi = c + 1;
+  } else {
+    if (c < ps->flightLo) ps->flightLo = c;
+    if (c + 1 > ps->flightHi) ps->flightHi = c + 1;
+  }
+  ps->flightFlat = flat;
+  if (flat) {
+    ps->flightSig = papArrivalSignature(&op->call);
+    ps->flightRoot = op->call.root;
+  }
+}
+
+void papArrivalFlightEnd(struct papComm* comm) {
+  struct papArrivalState* ps = comm->arrival;
+  if (ps != NULL) ps->flightLo = ps->flightHi = 0;
+}
+
+/* Collective c ran on the board here: a mark for it, or a peer that ran it flat. */
+static papcclResult_t boardOpCheck(struct papComm* comm, uint64_t c, int board) {
+  int s = (int)(c % PAP_BOARD_SLOTS);
+  uint64_t m = 0;
+  if (board) {
+    PAP_CHECK(bLoad(comm, IDX_MARK(comm->nranks, s), &m));
+    if (MARK_GEN(m) == genOf(c)) return markFailure(comm, c, m);
+  }
+  int peer = -1;
+  uint64_t psig = 0;
+  if (!papFlatPeerAt(comm, c, &peer, &psig)) return papcclSuccess;
+  papArrivalMismatchWarn(c, peer, psig, 0, comm->rank, comm->arrival->mySig[s],
+                         comm->arrival->myRoot[s]);
+  return papcclInvalidUsage;
+}
+
+papcclResult_t papArrivalCheckMismatch(struct papComm* comm) {
+  struct papArrivalState* ps = comm->arrival;
+  if (ps == NULL || !ps->checkMismatch) return papcclSuccess;
+  int n = comm->nranks, board = sharedBoard(comm);
+  /* Collectives that completed here before every rank had arrived. */
+  if (ps->pendAny) {
+    int left = 0;
+    for (int s = 0; s < PAP_BOARD_SLOTS; s++) {
+      if (ps->pend[s] == 0) continue;
+      uint64_t c = ps->pend[s] - 1;
+      int done = 0;
+      if (board) PAP_CHECK(arrivalsChecked(comm, s, genOf(c), &done));
+      papcclResult_t res = boardOpCheck(comm, c, board);
+      if (res != papcclSuccess || done)
+        ps->pend[s] = 0;
+      else
+        left = 1;
+      if (res != papcclSuccess) {
+        for (int t = s + 1; t < PAP_BOARD_SLOTS; t++)
+          left |= ps->pend[t] != 0;
+        ps->pendAny = left;
+        return res;
+      }
+    }
+    ps->pendAny = left;
+  }
+  /* The batch in flight. */
+  for (uint64_t c = ps->flightLo; c < ps->flightHi; c++) {
+    if (!ps->flightFlat) {
+      PAP_CHECK(boardOpCheck(comm, c, board));
+      continue;
+    }
+    /* We run c flat: a rank that arrived on the board for it made another call. */
+    if (!board) continue;
+    int s = (int)(c % PAP_BOARD_SLOTS);
+    uint32_t gen = genOf(c);
+    uint64_t w = 0, v = 0;
+    PAP_CHECK(bLoad(comm, IDX_WORD(n, s), &w));
+    if (PAP_W_GEN(w) != gen || PAP_W_COUNT(w) == 0) continue;
+    PAP_CHECK(bLoad(comm, IDX_RANKAT(n, s, 0), &v));
+    int first = entryRank(v, gen, n);
+    if (first < 0) continue; /* its entry comes next time */
+    uint64_t sig = 0;
+    int root = 0;
+    PAP_CHECK(callOf(comm, s, first, &sig, &root));
+    papArrivalMismatchWarn(c, first, sig, root, comm->rank, ps->flightSig, ps->flightRoot);
+    return papcclInvalidUsage;
+  }
+  return papcclSuccess;
+}
+
 /* ---- The message board ---------------------------------------------------------------
  * The home rank (rank 0) keeps the board's words in its own memory and runs every request
  * on them in one piece (the transport serializes serve); the ranks that wait learn what they
@@ -234,12 +500,6 @@ static void homePushTo(struct papComm* comm, int peer, uint32_t kind, int slot, 
   if (words) memcpy(p->data, data, words * sizeof(uint64_t));
   comm->tops->homePush(comm->tstate, peer, p, bytes);
   free(big);
-}
-
-/* The rank an entry of rank_at names, or -1. */
-static int entryRank(uint64_t v, uint32_t gen, int n) {
-  int r = (int)(uint32_t)v - 1;
-  return (uint32_t)(v >> 32) == gen && r >= 0 && r < n ? r : -1;
 }
 
 /* A commit just made at the home (word, early ranks ranks[0..nE)) by rank `by`: the ranks
@@ -426,6 +686,7 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
       return papcclSystemError;
     }
   }
+  ps->checkMismatch = papParamCheckMismatch() != 0;
   ps->st.nranks = n;
   ps->st.lastLateRank = -1;
   ps->st.habitualLateRank = -1;
@@ -574,6 +835,8 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   struct papWait slotWait;
   char slotWhat[160];
   int slotWaiting = 0;
+  int check = ps->checkMismatch;
+  uint64_t sig = check ? papArrivalSignature(&op->call) : 0;
   for (;;) {
     PAP_CHECK(bLoad(comm, wi, &w));
     uint32_t g = PAP_W_GEN(w);
@@ -593,12 +856,22 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
           slotWait.spinNs = 0; /* sleeps only */
           slotWaiting = 1;
         }
-        PAP_CHECK(papWaitCheck(&slotWait, papNowNs()));
+        uint64_t now = papNowNs();
+        PAP_CHECK(papWaitCheck(&slotWait, now));
+        /* The peer may be stuck in a mismatched collective of this batch, or have failed it
+         * (and never release the slot). */
+        if (papWaitHealthDue(&slotWait, now)) PAP_CHECK(papArrivalCheckMismatch(comm));
         papWaitSleep(&slotWait);
         continue;
       }
       nw = makeWord(a->gen, 0, 0, decided, 0, 1);
     } else {
+      if (check && e == ARR_ERR_DECIDED) { /* the first arrival may have made another call */
+        int logged = 0;
+        papcclResult_t res = checkArrival(comm, op, sig, WHY_GROUPED, &logged);
+        if (res != papcclInvalidUsage) return res;
+        if (logged) return res;
+      }
       return arrivalError(comm, op, e, g);
     }
     int ok = 0;
@@ -611,8 +884,23 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   a->oldWord = PAP_W_GEN(w) == a->gen ? w : 0;
   /* Stamp before the position entry: a reader that sees the entry sees the stamp. */
   PAP_CHECK(bStore(comm, IDX_TARR(n, a->slot, comm->rank), a->tArr));
+  /* A later arrival checks its call against the first one's before its entry: a reader that
+   * sees every entry sees any mark (papArrivalVerify). The entry is written either way, as
+   * waiters for it (rankAt) have no other way out. */
+  papcclResult_t mism = papcclSuccess;
+  if (check) {
+    ps->mySig[a->slot] = sig;
+    ps->myRoot[a->slot] = op->call.root;
+    if (a->pos == 0) { /* the first arrival's call, for the others to compare with */
+      mism = putCall(comm, op, sig);
+    } else {
+      int logged = 0;
+      mism = checkArrival(comm, op, sig, WHY_CALL, &logged);
+    }
+  }
   PAP_CHECK(bStore(comm, IDX_RANKAT(n, a->slot, a->pos),
                    ((uint64_t)a->gen << 32) | (uint32_t)(comm->rank + 1)));
+  if (mism != papcclSuccess) return mism;
   if (decided && a->pos > 0) {
     /* Wake the decider (before the commit) and my predecessor (a chain waits for its
      * successor). If an entry is not written yet, its owner reads the board after writing
@@ -666,7 +954,7 @@ static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64
     PAP_WARN("rank %d (pid %d) exited while %s", r, comm->pids[r], w->what);
     return papcclRemoteError;
   }
-  return papcclSuccess;
+  return papArrivalCheckMismatch(comm);
 }
 
 /* The slot's word: loaded from a shared board, or what the mail of a message board holds. */
@@ -1049,10 +1337,10 @@ static void report(struct papComm* comm) {
   memset(ps->reportLate, 0, sizeof(ps->reportLate));
 }
 
-void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
+papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   struct papArrival* a = &op->arr;
   struct papArrivalState* ps = comm->arrival;
-  if ((!a->used && !a->flat) || ps == NULL) return;
+  if ((!a->used && !a->flat) || ps == NULL) return papcclSuccess;
   int n = comm->nranks;
   uint64_t tDone = papNowNs();
   papcclPapStats* st = &ps->st;
@@ -1090,7 +1378,9 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   } else {
     int readable = a->decided || !comm->tops->remoteBoard;
     st->lastComplete = readable && readArrivals(comm, a);
+    papcclResult_t res = verifyArrivals(comm, op, readable, st->lastComplete);
     (void)releaseSlot(comm, a);
+    if (res != papcclSuccess) return res;
   }
   int nst = n < PAPCCL_PAP_STATS_MAX_RANKS ? n : PAPCCL_PAP_STATS_MAX_RANKS;
   if (!st->lastComplete) { /* entries past N stay as papArrivalInit set them */
@@ -1103,7 +1393,7 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
     st->lastTimeInCollUs = (double)(tDone - a->tArr) / 1e3;
     st->lastPlanWaitUs = a->tPlan > a->tArr ? (double)(a->tPlan - a->tArr) / 1e3 : 0;
     report(comm);
-    return;
+    return papcclSuccess;
   }
   uint64_t aMin = UINT64_MAX, aMax = 0;
   for (int r = 0; r < n; r++) {
@@ -1171,6 +1461,7 @@ void papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
     papSelectObserve(comm, op, skew, gap, tail, pap);
   }
   report(comm);
+  return papcclSuccess;
 }
 
 papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats) {

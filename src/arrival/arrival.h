@@ -14,10 +14,12 @@
 
 /* The arrival board: PAP_BOARD_SLOTS slots of 64-bit words held by the home rank (rank 0)
  * and reached through the transport (boardAtomic, boardRead, notify). Slot layout (arrival.c):
- * word, released, rank_at[N], t_arr[N]. */
+ * word, released, rank_at[N], t_arr[N]; after the slots, per slot, the mismatch check's words
+ * (docs/PAP-ENGINE.md section 11): mark, then per rank its call's signature and root. */
 #define PAP_BOARD_SLOTS 4
 static inline size_t papBoardWords(int nranks) {
-  return (size_t)PAP_BOARD_SLOTS * (2 + 2 * (size_t)nranks);
+  return (size_t)PAP_BOARD_SLOTS * (2 + 2 * (size_t)nranks) +
+         (size_t)PAP_BOARD_SLOTS * (1 + 2 * (size_t)nranks);
 }
 
 /* Board word: [gen:24 | watch:1 | algo:5 | commit:1 | decided:1 | nE:16 | count:16]; watch:
@@ -104,6 +106,19 @@ struct papArrivalState {
   size_t flatCap; /* largest input of a flat op (0: no flat ops on this comm) */
   uint64_t flatSeq; /* flat ops so far */
   int* flatSeen; /* [nranks] scratch */
+  /* Mismatched calls (PAPCCL_CHECK_MISMATCH, docs/PAP-ENGINE.md section 11): the batch
+   * running now (collectives [flightLo, flightHi), flat or on the board), and per slot
+   * 1 + the collective that completed here before every rank had arrived (its check comes
+   * later: at the next call and in the waits' health checks). */
+  int checkMismatch;
+  int flightFlat; /* the batch is one flat op: its call */
+  uint64_t flightSig;
+  int flightRoot;
+  uint64_t flightLo, flightHi;
+  uint64_t pend[PAP_BOARD_SLOTS];
+  int pendAny;
+  uint64_t mySig[PAP_BOARD_SLOTS]; /* this rank's last call in each slot, and its root */
+  int myRoot[PAP_BOARD_SLOTS];
   /* Predicted waits: ns from this rank's arrival to the last one, an EMA per context (the
    * op's signature and the two collectives before it, hashed), as training repeats the
    * same sequence every step (papArrivalPredict). */
@@ -145,16 +160,36 @@ size_t papFlatAreaBytes(int nranks);
 papcclResult_t papFlatAttach(struct papComm* comm);
 int papFlatEligible(const struct papComm* comm, const struct papOpDesc* op);
 papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op);
-/* A collective's signature [count:40 | datatype:8 | op:8 | collective:8]. */
+/* A collective's signature [count:40 | datatype:8 | op:8 | collective:8]; with the root it
+ * is what every rank must call alike. */
 uint64_t papArrivalSignature(const struct papCall* c);
+/* "AllReduce(count 1000, float, sum)", "Broadcast(count 8, int32, root 1)" into buf. */
+const char* papArrivalCallString(uint64_t sig, int root, char* buf, size_t len);
+/* Mismatched calls (docs/PAP-ENGINE.md section 11). A batch of ops starts (each collective
+ * of it, flat or not) and ends on comm; */
+void papArrivalFlightAdd(struct papComm* comm, const struct papOpDesc* op, int flat);
+void papArrivalFlightEnd(struct papComm* comm);
+/* the waits' health check (every 100 ms) and the start of a call with checks pending: a
+ * mismatch marked on the board for a collective in flight or pending, or one of them run
+ * flat by a peer where this rank runs it on the board, or the other way round: WARN and
+ * papcclInvalidUsage. Never on the fast path. */
+papcclResult_t papArrivalCheckMismatch(struct papComm* comm);
+/* The WARN of a mismatch between rank a's call and rank b's in collective cseq. */
+void papArrivalMismatchWarn(uint64_t cseq, int a, uint64_t sigA, int rootA, int b, uint64_t sigB,
+                            int rootB);
+/* Flat lines (flat.c): a peer whose line holds collective cseq (it ran it flat): 1 and its
+ * rank and signature, else 0. */
+int papFlatPeerAt(struct papComm* comm, uint64_t cseq, int* rankOut, uint64_t* sigOut);
 /* Every collective, flat or not, in call order: its prediction context and when this rank
  * expects the last arrival (op->arr.ctx, op->arr.due; 0: no wait worth predicting), then
  * sig joins the recent history. papArrivalComplete learns from the op's stamps. */
 void papArrivalPredict(struct papComm* comm, struct papOpDesc* op, uint64_t sig);
 /* The algorithm PAPCCL_ALGO forces (PAP_ALGO_AUTO: none). */
 int papSelectForcedAlgo(void);
-/* Completion: stamps, statistics, selector. */
-void papArrivalComplete(struct papComm* comm, struct papOpDesc* op);
+/* Completion: stamps, statistics, selector; papcclInvalidUsage when the board marks a
+ * board op mismatched (a peer made another call: WARN), and when not every rank has arrived
+ * yet, its check is left pending (papArrivalCheckMismatch). */
+papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op);
 /* papcclCommGetPapStats's figures (papcclInvalidUsage before the comm is up). */
 papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats);
 /* Which ranks arrived at op (arrived[r] = 1), read from a shared board: 0; -1 where the

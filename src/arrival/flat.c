@@ -9,8 +9,10 @@
  * rank to arrive does one write of its input and one read of each input: the least any
  * plan can leave it.
  *
- * Reuse: the line of op s is written again by op s + 2, after this rank saw every peer at
- * op s + 1, which each peer entered only after it had read every line of op s. */
+ * Reuse: the line of flat op s is written again by flat op s + 2, after this rank saw every
+ * peer at flat op s + 1, which each peer entered only after it had read every line of op s.
+ * A line names its collective by the comm's collective number, so a peer that runs another
+ * collective in its place is seen (docs/PAP-ENGINE.md section 11). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,7 +33,7 @@
 #define FLAT_HDR 24
 
 struct flatHdr {
-  _Atomic uint64_t seq; /* the flat op this line holds (0: none yet); written last */
+  _Atomic uint64_t seq; /* 1 + the collective (cseq) this line holds (0: none yet); written last */
   uint64_t tArr; /* CLOCK_MONOTONIC ns: the rank's arrival */
   uint64_t sig; /* the call's signature: every rank must make the same call */
 };
@@ -81,15 +83,34 @@ uint64_t papArrivalSignature(const struct papCall* c) {
          (uint64_t)(c->coll & 0xff);
 }
 
-static const char* sigString(uint64_t sig, char* buf, size_t len) {
+const char* papArrivalCallString(uint64_t sig, int root, char* buf, size_t len) {
+  static const char* const colls[] = {"AllReduce",     "Broadcast", "Reduce", "AllGather",
+                                      "ReduceScatter", "AlltoAll",  "Gather", "Scatter",
+                                      "Send",          "Recv"};
+  static const char* const types[] = {"int8",   "uint8",    "int32",      "uint32",
+                                      "int64",  "uint64",   "float16",    "float",
+                                      "double", "bfloat16", "float8e4m3", "float8e5m2"};
   static const char* const reds[] = {"sum", "prod", "max", "min"};
-  unsigned red = (unsigned)(sig >> 8 & 0xff);
-  snprintf(buf, len, "count %llu, datatype %d, op %s", (unsigned long long)(sig >> 24),
-           (int)(sig >> 16 & 0xff),
-           red & 0x10        ? "avg"
-           : red & 0x20      ? "premulsum"
-           : (red & 0xf) < 4 ? reds[red & 0xf]
-                             : "?");
+  unsigned coll = (unsigned)(sig & 0xff), red = (unsigned)(sig >> 8 & 0xff);
+  unsigned type = (unsigned)(sig >> 16 & 0xff);
+  char t[16], o[32] = "";
+  if (type < sizeof(types) / sizeof(types[0]))
+    snprintf(t, sizeof(t), "%s", types[type]);
+  else
+    snprintf(t, sizeof(t), "datatype %u", type);
+  if (coll == PAP_COLL_ALLREDUCE || coll == PAP_COLL_REDUCE || coll == PAP_COLL_REDUCESCATTER)
+    snprintf(o, sizeof(o), ", %s",
+             red & 0x10        ? "avg"
+             : red & 0x20      ? "premulsum"
+             : (red & 0xf) < 4 ? reds[red & 0xf]
+                               : "?");
+  char r[24] = "";
+  if (coll == PAP_COLL_BROADCAST || coll == PAP_COLL_REDUCE || coll == PAP_COLL_GATHER ||
+      coll == PAP_COLL_SCATTER)
+    snprintf(r, sizeof(r), ", root %d", root);
+  snprintf(buf, len, "%s(count %llu, %s%s%s)",
+           coll < sizeof(colls) / sizeof(colls[0]) ? colls[coll] : "collective",
+           (unsigned long long)(sig >> 24), t, o, r);
   return buf;
 }
 
@@ -97,29 +118,57 @@ static struct flatHdr* lineOf(const struct papArrivalState* ps, int r, uint64_t 
   return (struct flatHdr*)(ps->flatArea[r] + (seq & 1) * ps->flatLine);
 }
 
-/* Polls the peers not seen yet; returns how many arrived in this pass, or -1 on a call that
- * differs from ours (logged). */
-static int pollPeers(struct papComm* comm, uint64_t seq, uint64_t sig, int* seen) {
+/* Polls the peers not seen yet for the line of collective cseq (its header's seq is cseq +
+ * 1); returns how many arrived in this pass, or -1 on a peer that made another call (logged):
+ * a different signature, or its line of this parity holds a later collective (it never runs
+ * ours flat: it reached a later flat op, whose line this one would be after ours). */
+static int pollPeers(struct papComm* comm, uint64_t seq, uint64_t fseq, uint64_t sig, int* seen) {
   struct papArrivalState* ps = comm->arrival;
   int got = 0;
   for (int p = 0; p < comm->nranks; p++) {
     if (seen[p]) continue;
-    struct flatHdr* h = lineOf(ps, p, seq);
-    if (atomic_load_explicit(&h->seq, memory_order_acquire) != seq) continue;
+    struct flatHdr* h = lineOf(ps, p, fseq);
+    uint64_t v = atomic_load_explicit(&h->seq, memory_order_acquire);
+    if (v != seq) {
+      if (v > seq && ps->checkMismatch) {
+        /* Its call is on the board when it ran ours there: named then. */
+        if (papArrivalCheckMismatch(comm) != papcclSuccess) return -1;
+        char a[128];
+        PAP_WARN(
+            "collective #%llu mismatch: rank %d called %s but rank %d called another collective "
+            "there (it has reached collective #%llu; every rank must make the same calls in the "
+            "same order)",
+            (unsigned long long)(seq - 1), comm->rank, papArrivalCallString(sig, 0, a, sizeof(a)),
+            p, (unsigned long long)(v - 1));
+        return -1;
+      }
+      continue;
+    }
     seen[p] = 1;
     got++;
     ps->stamps[p] = h->tArr;
-    if (h->sig != sig) {
-      char a[96], b[96];
-      PAP_WARN(
-          "allreduce #%llu: rank %d called it with %s, rank %d with %s (every rank must make "
-          "the same call)",
-          (unsigned long long)seq, comm->rank, sigString(sig, a, sizeof(a)), p,
-          sigString(h->sig, b, sizeof(b)));
+    if (h->sig != sig && ps->checkMismatch) {
+      papArrivalMismatchWarn(seq - 1, comm->rank, sig, 0, p, h->sig, 0);
       return -1;
     }
   }
   return got;
+}
+
+int papFlatPeerAt(struct papComm* comm, uint64_t cseq, int* rankOut, uint64_t* sigOut) {
+  struct papArrivalState* ps = comm->arrival;
+  if (ps->flatCap == 0) return 0;
+  for (int p = 0; p < comm->nranks; p++) {
+    if (p == comm->rank) continue;
+    for (uint64_t parity = 0; parity < 2; parity++) {
+      struct flatHdr* h = lineOf(ps, p, parity);
+      if (atomic_load_explicit(&h->seq, memory_order_acquire) != cseq + 1) continue;
+      *rankOut = p;
+      *sigOut = h->sig;
+      return 1;
+    }
+  }
+  return 0;
 }
 
 static void wakePeers(struct papComm* comm) {
@@ -143,7 +192,8 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
   const struct papCall* c = &op->call;
   int n = comm->nranks, me = comm->rank;
   size_t bytes = c->count * papKernTypeSize(c->dtype);
-  uint64_t seq = ++ps->flatSeq;
+  uint64_t fseq = ++ps->flatSeq; /* the line's parity */
+  uint64_t seq = c->cseq + 1; /* what the line holds (the collective, as every rank counts) */
   uint64_t sig = papArrivalSignature(c);
   a->used = 0;
   a->flat = 1;
@@ -154,7 +204,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
   op->call.commit.nE = n;
 
   /* Publish: the input, then the header, then the number (release). */
-  struct flatHdr* mine = lineOf(ps, me, seq);
+  struct flatHdr* mine = lineOf(ps, me, fseq);
   memcpy((char*)mine + FLAT_HDR, c->sendbuff, bytes);
   mine->tArr = a->tArr;
   mine->sig = sig;
@@ -170,7 +220,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
    * each, a few microseconds of them; sharing CPUs, a few, then the wait's yields. */
   const int cheap = comm->oversubscribed ? 16 : 1024;
   for (int i = 0; i < cheap && left > 0; i++) {
-    got = pollPeers(comm, seq, sig, seen);
+    got = pollPeers(comm, seq, fseq, sig, seen);
     if (got < 0) return mismatch(comm);
     left -= got;
     if (left > 0 && got == 0) papCpuRelax();
@@ -187,7 +237,7 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
     papWaitExpect(&w, a->tArr, a->due, a->spread);
     unsigned polls = 0;
     while (left > 0) {
-      got = pollPeers(comm, seq, sig, seen);
+      got = pollPeers(comm, seq, fseq, sig, seen);
       if (got < 0) return mismatch(comm);
       if (got > 0) {
         left -= got;
@@ -202,19 +252,21 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
         for (int p = 0; p < n; p++) {
           if (seen[p] || comm->tops->peerAlive(comm->tstate, p)) continue;
           PAP_WARN("allreduce #%llu on rank %d: rank %d (pid %d) exited before it arrived",
-                   (unsigned long long)seq, me, p, comm->pids[p]);
+                   (unsigned long long)c->cseq, me, p, comm->pids[p]);
           return papcclRemoteError;
         }
+        /* A peer that runs this collective on the board made another call. */
+        if (papArrivalCheckMismatch(comm) != papcclSuccess) return mismatch(comm);
       }
       if (papWaitSpin(&w, now)) continue;
       if (!described) { /* named only when the wait may last (a timeout names it) */
         snprintf(what, sizeof(what), "allreduce #%llu on rank %d (flat), waiting for %d rank(s)",
-                 (unsigned long long)seq, me, left);
+                 (unsigned long long)c->cseq, me, left);
         w.what = what;
         described = 1;
       }
       uint32_t tok = comm->tops->waitToken(comm->tstate);
-      got = pollPeers(comm, seq, sig, seen);
+      got = pollPeers(comm, seq, fseq, sig, seen);
       if (got != 0) {
         comm->tops->wait(comm->tstate, tok, 0);
         if (got < 0) return mismatch(comm);
@@ -237,15 +289,15 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
    * arrive together. Every peer is done with it (each published this op after reading the
    * last), so take it now, while nobody waits for us (2 ranks, 8 B, calls in step: 0.63 us
    * -> 0.49 us per call). */
-  char* next = (char*)lineOf(ps, me, seq + 1);
+  char* next = (char*)lineOf(ps, me, fseq + 1);
   for (size_t off = 0; off < FLAT_HDR + bytes; off += 64)
     papCpuPrefetchWrite(next + off);
 
   /* Reduce every line in rank order: the same bits on every rank. */
   char* out = (char*)op->call.recvbuff;
-  memcpy(out, (char*)lineOf(ps, 0, seq) + FLAT_HDR, bytes);
+  memcpy(out, (char*)lineOf(ps, 0, fseq) + FLAT_HDR, bytes);
   for (int p = 1; p < n; p++)
-    papKernHostReduce(out, out, (char*)lineOf(ps, p, seq) + FLAT_HDR, c->count, c->dtype, c->red);
+    papKernHostReduce(out, out, (char*)lineOf(ps, p, fseq) + FLAT_HDR, c->count, c->dtype, c->red);
 
   return papcclSuccess;
 }

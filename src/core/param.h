@@ -57,6 +57,10 @@
   X(FlatMaxBytes, "PAPCCL_FLAT_MAX_BYTES", 4096, 0, 1048576, \
     "allreduce up to this size on one host runs flat: each rank publishes its input in its " \
     "own shared line and reduces every line itself, in rank order (`0`: off)") \
+  X(CheckMismatch, "PAPCCL_CHECK_MISMATCH", 1, 0, 1, \
+    "`1`: every rank of a collective whose calls differ (kind, count, datatype, op, root) fails " \
+    "it with `papcclInvalidUsage`, naming both calls; `0`: no check (mismatched calls may " \
+    "return wrong results or hang until `PAPCCL_TIMEOUT_S`)") \
   X(PapSmallMaxBytes, "PAPCCL_PAP_SMALL_MAX_BYTES", 32768, 0, 1099511627776, \
     "at or below this size the PAP allreduce is the small-message variant") \
   X(PapAlphaNs, "PAPCCL_PAP_ALPHA_NS", 1000, 0, 1000000000, \

@@ -120,6 +120,8 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
   for (int c = 0; c < ncomms; c++) {
     struct papComm* comm = comms[c];
     struct papEngine* e = &comm->engine;
+    /* A peer that made another call (it may be waiting for us in another plan, or gone). */
+    PAP_CHECK(papArrivalCheckMismatch(comm));
     PAP_CHECK(comm->tops->progress(comm->tstate));
     int end = papEngineScanEnd(e);
     for (int i = e->first; i < end; i++) {
@@ -301,23 +303,40 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
       goto out;
     }
   }
+  for (int c = 0; c < ncomms; c++) {
+    /* A collective that completed here before its peers arrived, still to be checked. */
+    if (!comms[c]->arrival->pendAny) continue;
+    res = papArrivalCheckMismatch(comms[c]);
+    if (res != papcclSuccess) {
+      papCommSetError(comms[c], res);
+      goto out;
+    }
+  }
   if (nops == 1 && papFlatEligible(ops[0].comm, &ops[0])) {
     /* Small and on one host: no plan, no board (src/arrival/flat.c). */
+    papArrivalFlightAdd(ops[0].comm, &ops[0], 1);
     res = papFlatRun(ops[0].comm, &ops[0]);
     if (res == papcclSuccess)
-      papArrivalComplete(ops[0].comm, &ops[0]);
+      (void)papArrivalComplete(ops[0].comm, &ops[0]); /* flat: checked as the lines were read */
     else
       papCommSetError(ops[0].comm, res); /* peers may have read a partial exchange */
     goto out;
   }
+  for (int i = 0; i < nops; i++)
+    if (isColl(&ops[i])) papArrivalFlightAdd(ops[i].comm, &ops[i], 0);
   res = arriveAll(ops, nops);
   for (int c = 0; c < ncomms && res == papcclSuccess; c++)
     res = buildPlan(comms[c], ops, nops);
   int driven = res == papcclSuccess;
   if (driven) res = driveAll(comms, ncomms, nops == 1 ? &ops[0] : NULL);
   if (res == papcclSuccess) {
-    for (int i = 0; i < nops; i++)
-      papArrivalComplete(ops[i].comm, &ops[i]);
+    /* Done with every step, unless a peer made another call (the board says so). */
+    for (int i = 0; i < nops; i++) {
+      papcclResult_t r = papArrivalComplete(ops[i].comm, &ops[i]);
+      if (r == papcclSuccess) continue;
+      papCommSetError(ops[i].comm, r);
+      if (res == papcclSuccess) res = r;
+    }
   } else {
     /* The queues (or the arrival board) now hold a partial exchange: the comm cannot be
      * used again. */
@@ -329,6 +348,8 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
 out:
   for (int i = 0; i < nops; i++)
     finishOp(&ops[i], res);
+  for (int c = 0; c < locked; c++)
+    papArrivalFlightEnd(comms[c]);
   for (int c = 0; c < locked; c++) {
     comms[c]->curOps = NULL;
     comms[c]->curNops = 0;
