@@ -275,7 +275,8 @@ static void flushOut(struct ucxState* st) {
     struct ucxOut* o = st->outHead;
     st->outHead = o->next;
     if (st->outHead == NULL) st->outTail = &st->outHead;
-    struct papConn* c = o->peer >= 0 && o->peer < st->nranks ? st->conns[o->peer] : NULL;
+    struct papConn* c =
+        st->conns && o->peer >= 0 && o->peer < st->nranks ? st->conns[o->peer] : NULL;
     if (c == NULL || atomic_load_explicit(&c->dead, memory_order_acquire)) {
       free(o);
       continue;
@@ -1073,6 +1074,7 @@ static void ucxFinalize(void* state) {
     for (int p = 0; p < st->nranks; p++)
       if (st->conns[p]) ucxClose(st->conns[p]);
     free(st->conns);
+    st->conns = NULL; /* handlers that run in the progress below find no connection */
   }
   uint64_t deadline = papNowNs() + 2000000000ull;
   while (st->worker && reqsInProgress(st) && papNowNs() < deadline)
