@@ -26,6 +26,8 @@
 #define BS_ID_VERSION 1
 #define BS_ID_FLAG_RANK0_SERVES 0x1u /* PAPCCL_COMM_ID: rank 0's init runs the root */
 #define BS_RING_MAX_PENDING 64
+#define BS_PARKED_MAX 16
+#define BS_HDR_KEY 24 /* the key's offset in a message header */
 #define BS_BIND_RETRY_NS (5ull * 1000000000ull) /* rank 0 binding the PAPCCL_COMM_ID port */
 
 static const unsigned char idMagic[8] = {'p', 'a', 'p', 'c', 'c', 'l', 'I', 'D'};
@@ -63,6 +65,11 @@ struct papBootstrap {
   int connected;
   uint32_t seq; /* collectives issued; tags every ring message */
   struct papBootstrapAddr* addrs; /* owned: every rank's listener address */
+  /* Shrinks build their rings through this listener: a hello for another shrink than the
+   * one accepting (a member that gave up on a failed shrink and started the next one
+   * first) waits here for the shrink it belongs to. Closed at destroy. */
+  struct papBsHelloConn parked[BS_PARKED_MAX];
+  int nParked;
 };
 
 /* ---- Encoding ------------------------------------------------------------------------ */
@@ -79,7 +86,7 @@ void papBootstrapPackHdr(unsigned char hdr[PAP_BOOTSTRAP_HDR_BYTES], int type, u
   bsPut32(hdr + 8, seq);
   bsPut32(hdr + 12, step);
   memcpy(hdr + 16, &v64, 8);
-  memcpy(hdr + 24, key, PAP_BS_KEY_BYTES);
+  memcpy(hdr + BS_HDR_KEY, key, PAP_BS_KEY_BYTES);
 }
 
 static void unpackHdr(const unsigned char* raw, struct bsHdr* h) {
@@ -94,7 +101,7 @@ static void unpackHdr(const unsigned char* raw, struct bsHdr* h) {
   h->step = bsGet32(raw + 12);
   memcpy(&v64, raw + 16, 8);
   h->len = be64toh(v64);
-  memcpy(h->key, raw + 24, PAP_BS_KEY_BYTES);
+  memcpy(h->key, raw + BS_HDR_KEY, PAP_BS_KEY_BYTES);
 }
 
 void papBootstrapPackRootHello(unsigned char payload[PAP_BOOTSTRAP_ROOT_HELLO_BYTES], int rank,
@@ -121,7 +128,7 @@ int papBootstrapCheckHdr(const unsigned char* raw, const unsigned char* key, int
     snprintf(why, whyLen, "bad magic 0x%08x", h.magic);
   } else if (h.version != PAP_BS_PROTO_VERSION) {
     snprintf(why, whyLen, "protocol version %u, expected %u", h.version, PAP_BS_PROTO_VERSION);
-  } else if (!keyEqual(h.key, key)) {
+  } else if (key != NULL && !keyEqual(h.key, key)) {
     snprintf(why, whyLen, "wrong communicator key 0x%02x%02x%02x%02x...", h.key[0], h.key[1],
              h.key[2], h.key[3]);
   } else if (h.type != type) {
@@ -333,6 +340,8 @@ out_free:
 
 void papBootstrapDestroy(struct papBootstrap* bs) {
   if (bs == NULL) return;
+  for (int i = 0; i < bs->nParked; i++)
+    close(bs->parked[i].fd);
   if (bs->listenFd >= 0) close(bs->listenFd);
   if (bs->nextFd >= 0) close(bs->nextFd);
   if (bs->prevFd >= 0) close(bs->prevFd);
@@ -394,12 +403,24 @@ out_close:
   return res;
 }
 
-/* 1: c sent the hello of rank prev; 0: more to read; -1: anything else (why says). */
-static int ringHelloProgress(struct papBootstrap* bs, struct papBsHelloConn* c, int prev, char* why,
-                             size_t whyLen) {
-  int h = papBootstrapHelloProgress(c, bs->key, PAP_BOOTSTRAP_MSG_RING_HELLO,
+/* 1: c sent the hello of rank prev; 0: more to read; 2: a whole hello with another key,
+ * parked in owner (a shrink's parent, else NULL: then -1); -1: anything else (why says). */
+static int ringHelloProgress(struct papBootstrap* bs, struct papBsHelloConn* c, int prev,
+                             struct papBootstrap* owner, char* why, size_t whyLen) {
+  int h = papBootstrapHelloProgress(c, owner ? NULL : bs->key, PAP_BOOTSTRAP_MSG_RING_HELLO,
                                     PAP_BOOTSTRAP_RING_HELLO_BYTES, why, whyLen);
   if (h <= 0) return h;
+  if (owner != NULL && !keyEqual(c->buf + BS_HDR_KEY, bs->key)) {
+    if (owner->nParked == BS_PARKED_MAX) { /* the oldest goes */
+      close(owner->parked[0].fd);
+      memmove(owner->parked, owner->parked + 1, sizeof(owner->parked[0]) * (BS_PARKED_MAX - 1));
+      owner->nParked--;
+    }
+    owner->parked[owner->nParked++] = *c;
+    PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap rank %d: a hello for another shrink waits for it",
+             bs->rank);
+    return 2;
+  }
   int from = (int)bsGet32(c->buf + PAP_BS_HDR);
   int fromN = (int)bsGet32(c->buf + PAP_BS_HDR + 4);
   if (from == prev && fromN == bs->nranks) return 1;
@@ -411,7 +432,8 @@ static int ringHelloProgress(struct papBootstrap* bs, struct papBsHelloConn* c, 
 /* Waits for (rank-1)%nranks to connect to listenFd (this rank's listener, or the parent's
  * in a shrink); strangers are dropped. */
 static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, int listenFd,
-                                     const union papSockAddr* listenAddr, uint64_t deadlineNs) {
+                                     const union papSockAddr* listenAddr,
+                                     struct papBootstrap* owner, uint64_t deadlineNs) {
   papcclResult_t res = papcclRemoteError;
   struct papBsHelloConn pending[BS_RING_MAX_PENDING];
   struct pollfd pfds[1 + BS_RING_MAX_PENDING];
@@ -422,6 +444,15 @@ static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, int listenFd,
   char why[PAP_BS_WHY_LEN];
 
   papSocketAddrToString(listenAddr, lstr, sizeof(lstr));
+  for (int i = 0; owner != NULL && i < owner->nParked; i++) { /* it came early */
+    const unsigned char* b = owner->parked[i].buf;
+    if (!keyEqual(b + BS_HDR_KEY, bs->key) || (int)bsGet32(b + PAP_BS_HDR) != prev ||
+        (int)bsGet32(b + PAP_BS_HDR + 4) != bs->nranks)
+      continue;
+    bs->prevFd = owner->parked[i].fd;
+    owner->parked[i] = owner->parked[--owner->nParked];
+    return papcclSuccess;
+  }
   for (;;) {
     uint64_t now = papNowNs();
     if (papAborted(bs->abortFlag)) {
@@ -465,8 +496,12 @@ static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, int listenFd,
     if (r <= 0) continue;
     for (int i = nPending - 1; i >= 0; i--) {
       if (pfds[pendBase + i].revents == 0) continue;
-      int h = ringHelloProgress(bs, &pending[i], prev, why, sizeof(why));
+      int h = ringHelloProgress(bs, &pending[i], prev, owner, why, sizeof(why));
       if (h == 0) continue;
+      if (h == 2) { /* parked: no longer ours */
+        pending[i] = pending[--nPending];
+        continue;
+      }
       if (h > 0) {
         bs->prevFd = pending[i].fd;
         pending[i] = pending[--nPending];
@@ -494,7 +529,8 @@ static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, int listenFd,
 out:
   for (int i = 0; i < nPending; i++) {
     /* One last read, so that the WARN names what was wrong with it if anything was. */
-    int h = ringHelloProgress(bs, &pending[i], prev, why, sizeof(why));
+    int h = ringHelloProgress(bs, &pending[i], prev, owner, why, sizeof(why));
+    if (h == 2) continue; /* parked */
     if (h > 0) snprintf(why, sizeof(why), "a second hello from rank %d (prev)", prev);
     if (h == 0) {
       snprintf(why, sizeof(why), "no complete hello before %s",
@@ -511,7 +547,7 @@ out:
  * listenFd. addrs and listenFd are bs's own, except in a shrink: the parent's listeners. */
 static papcclResult_t ringConnect(struct papBootstrap* bs, const struct papBootstrapAddr* addrs,
                                   int listenFd, const union papSockAddr* listenAddr,
-                                  uint64_t deadlineNs) {
+                                  struct papBootstrap* owner, uint64_t deadlineNs) {
   unsigned char msg[PAP_BS_HDR + PAP_BOOTSTRAP_RING_HELLO_BYTES];
   union papSockAddr nextAddr;
   char str[PAP_SOCKET_ADDR_STRLEN];
@@ -532,7 +568,7 @@ static papcclResult_t ringConnect(struct papBootstrap* bs, const struct papBoots
     bsPut32(msg + PAP_BS_HDR, (uint32_t)bs->rank);
     bsPut32(msg + PAP_BS_HDR + 4, (uint32_t)bs->nranks);
     PAP_CHECK(papSocketSendAll(bs->nextFd, msg, sizeof(msg), deadlineNs, bs->abortFlag, what));
-    PAP_CHECK(ringAcceptPrev(bs, listenFd, listenAddr, deadlineNs));
+    PAP_CHECK(ringAcceptPrev(bs, listenFd, listenAddr, owner, deadlineNs));
   }
   bs->connected = 1;
   PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap rank %d of %d: ring connected", bs->rank, bs->nranks);
@@ -577,7 +613,7 @@ papcclResult_t papBootstrapInit(const papcclUniqueId* id, int rank, int nranks,
   }
   PAP_CHECK_GOTO(rootExchange(bs, &root, deadlineNs), res, out_destroy);
   PAP_FAULT(PAP_FAULT_BOOTSTRAP, rank, abortFlag);
-  PAP_CHECK_GOTO(ringConnect(bs, bs->addrs, bs->listenFd, &bs->listenAddr, deadlineNs), res,
+  PAP_CHECK_GOTO(ringConnect(bs, bs->addrs, bs->listenFd, &bs->listenAddr, NULL, deadlineNs), res,
                  out_destroy);
   *bsOut = bs;
   return papcclSuccess;
@@ -619,7 +655,8 @@ papcclResult_t papBootstrapConnect(struct papBootstrap* bs, const struct papBoot
     return papcclInvalidArgument;
   }
   memcpy(bs->addrs, addrs, (size_t)bs->nranks * sizeof(*addrs));
-  return ringConnect(bs, bs->addrs, bs->listenFd, &bs->listenAddr, papSocketDeadline(bs->timeoutS));
+  return ringConnect(bs, bs->addrs, bs->listenFd, &bs->listenAddr, NULL,
+                     papSocketDeadline(bs->timeoutS));
 }
 
 papcclResult_t papBootstrapShrink(struct papBootstrap* parent, const int* members, int newN,
@@ -650,6 +687,7 @@ papcclResult_t papBootstrapShrink(struct papBootstrap* parent, const int* member
              members[newRank]);
     return papcclInvalidArgument;
   }
+  const uint64_t deadlineNs = papSocketDeadline(timeoutS);
   PAP_CHECK(bsCreate(newRank, newN, key, abortFlag, timeoutS, &bs));
   PAP_CHECK_GOTO(papCalloc(&via, (size_t)newN), res, out);
   for (int i = 0; i < newN; i++)
@@ -657,15 +695,19 @@ papcclResult_t papBootstrapShrink(struct papBootstrap* parent, const int* member
   /* The parent's listeners carry the new ring (no root, and no word to the ranks left out);
    * then the members swap their own listeners' addresses, which a later shrink of the new
    * communicator uses. */
-  PAP_CHECK_GOTO(
-      ringConnect(bs, via, parent->listenFd, &parent->listenAddr, papSocketDeadline(timeoutS)), res,
-      out);
+  PAP_CHECK_GOTO(ringConnect(bs, via, parent->listenFd, &parent->listenAddr, parent, deadlineNs),
+                 res, out);
   PAP_CHECK_GOTO(papBootstrapAllGather(bs, bs->addrs, sizeof(*bs->addrs)), res, out);
   *bsOut = bs;
   bs = NULL;
 out:
   free(via);
   papBootstrapDestroy(bs);
+  /* A failed shrink returns at its deadline on every member, also on one that saw the
+   * failure at once (a dead next member): the members' next try then starts together, not
+   * with one of them a timeout ahead of the others. */
+  while (res != papcclSuccess && !papAborted(abortFlag) && papNowNs() < deadlineNs)
+    usleep(10000);
   return res;
 }
 
