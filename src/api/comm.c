@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -259,6 +260,12 @@ static uint64_t machineId(void) {
   return h;
 }
 
+/* The PID namespace this process lives in (its inode), or 0 where /proc does not say. */
+static uint64_t pidNamespace(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
 /* Same value for every process of one host: the machine, or PAPCCL_HOSTID. */
 static uint64_t localHostId(void) {
   const char* force = papParamHostId();
@@ -271,6 +278,7 @@ static uint64_t localHostId(void) {
 struct peerInfo {
   uint64_t hostId;
   uint64_t machineId;
+  uint64_t pidNs; /* the inode of the rank's PID namespace (0: unknown) */
   int32_t pid;
   int32_t rank;
   uint64_t cpus[PAP_CPU_WORDS]; /* the CPUs the rank may run on (its affinity) */
@@ -294,6 +302,7 @@ static papcclResult_t commSetup(struct papComm* comm) {
   PAP_CHECK(papCalloc(&info, (size_t)n));
   info[comm->rank].hostId = localHostId();
   info[comm->rank].machineId = machineId();
+  info[comm->rank].pidNs = pidNamespace();
   info[comm->rank].pid = (int32_t)getpid();
   info[comm->rank].rank = comm->rank;
   affinityMask(info[comm->rank].cpus);
@@ -305,7 +314,12 @@ static papcclResult_t commSetup(struct papComm* comm) {
   PAP_CHECK_GOTO(papCalloc(&comm->p2pRecvCount, (size_t)n), res, out);
   for (int r = 0; r < n; r++) {
     comm->hostIds[r] = info[r].hostId;
-    comm->pids[r] = info[r].pid;
+    /* A pid means something here only inside our own PID namespace (a rank in another
+     * container of this host has its own numbers, which could name an unrelated process
+     * here): 0 then, and the transports check that peer no way that needs a pid. */
+    int samePidNs =
+        info[r].pidNs == info[comm->rank].pidNs || info[r].machineId != info[comm->rank].machineId;
+    comm->pids[r] = samePidNs ? info[r].pid : 0;
   }
   {
     /* Ranks on this machine (not host id: "hosts" made with PAPCCL_HOSTID or network

@@ -6,8 +6,13 @@
 // voluntary exclusion, shrinking twice, split and shrink of a shrunk comm, revoke during a
 // long operation, the state dump, and bad arguments of shrink, revoke and the dump.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <atomic>
 #include <chrono>
@@ -280,6 +285,56 @@ TEST_F(Shrink, StoppedRankIsNamedAtTheTimeoutAndInTheDump) {
       },
       opt);
   ExpectKilledAndSurvivors(out, victim);
+}
+
+// ---- A rank in another PID namespace (a container of the same host) -----------------------
+
+// Its pid means nothing here (and ours nothing there): liveness must not go by pid. Before
+// the pids were dropped for such peers, the rank inside the new namespace looked for rank
+// 0's pid there, found no such process, and failed its first wait that lasted 100 ms with
+// "peer 0 exited".
+TEST_F(Shrink, PeerInAnotherPidNamespaceIsNotJudgedByPid) {
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  opt.deadlineS = 120;
+  auto out = RunProcesses(
+      2,
+      [&](Rank& rk) {
+        auto body = [&] {
+          papcclComm_t comm = nullptr;
+          ASSERT_EQ(papcclSuccess, papcclCommInitRank(&comm, rk.nranks, rk.id, rk.rank));
+          for (int i = 0; i < 4; i++) {  // rank 0 comes late: rank 1's waits run health checks
+            if (rk.rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            CheckedAllReduces(comm, rk.rank, 2, 3, "across PID namespaces");
+          }
+          EXPECT_EQ(papcclSuccess, papcclCommDestroy(comm));
+        };
+        if (rk.rank == 0) {
+          body();
+          return;
+        }
+        if (unshare(CLONE_NEWPID) != 0) {
+          // Without the privilege to make one, run in ours (the test then shows nothing new).
+          fprintf(stderr, "unshare(CLONE_NEWPID): %s: rank 1 stays in this namespace\n",
+                  strerror(errno));
+          body();
+          return;
+        }
+        pid_t child = fork();  // the first child of a new PID namespace is its pid 1
+        ASSERT_GE(child, 0);
+        if (child == 0) {
+          EXPECT_EQ(1, getpid()) << "not in a new PID namespace";
+          body();
+          _exit(::testing::Test::HasFailure() ? 1 : 0);
+        }
+        int status = 0;
+        ASSERT_EQ(child, waitpid(child, &status, 0));
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            << "rank 1 in its PID namespace failed (status " << status << ")";
+      },
+      opt);
+  ExpectAllSucceeded(out, "across PID namespaces");
 }
 
 // ---- A member dies instead of joining a shrink ---------------------------------------------
