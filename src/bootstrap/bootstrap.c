@@ -27,6 +27,7 @@
 #define BS_ID_FLAG_RANK0_SERVES 0x1u /* PAPCCL_COMM_ID: rank 0's init runs the root */
 #define BS_RING_MAX_PENDING 64
 #define BS_PARKED_MAX 16
+#define BS_PROBE_NS 500000000ull /* a waiting rank looks at its prev this often */
 #define BS_HDR_KEY 24 /* the key's offset in a message header */
 #define BS_BIND_RETRY_NS (5ull * 1000000000ull) /* rank 0 binding the PAPCCL_COMM_ID port */
 
@@ -403,12 +404,21 @@ out_close:
   return res;
 }
 
-/* 1: c sent the hello of rank prev; 0: more to read; 2: a whole hello with another key,
+/* A probe's header (papSocketProbeGone from a rank that waits for this one), whatever key. */
+static int isProbe(const unsigned char* raw) {
+  struct bsHdr h;
+  unpackHdr(raw, &h);
+  return h.magic == PAP_BS_MSG_MAGIC && h.version == PAP_BS_PROTO_VERSION &&
+         h.type == PAP_BOOTSTRAP_MSG_PROBE && h.len == 0;
+}
+
+/* 1: c sent the hello of rank prev; 0: more to read; 3: a probe (drop it quietly); 2: a whole hello with another key,
  * parked in owner (a shrink's parent, else NULL: then -1); -1: anything else (why says). */
 static int ringHelloProgress(struct papBootstrap* bs, struct papBsHelloConn* c, int prev,
                              struct papBootstrap* owner, char* why, size_t whyLen) {
   int h = papBootstrapHelloProgress(c, owner ? NULL : bs->key, PAP_BOOTSTRAP_MSG_RING_HELLO,
                                     PAP_BOOTSTRAP_RING_HELLO_BYTES, why, whyLen);
+  if (h < 0 && c->got >= PAP_BS_HDR && isProbe(c->buf)) return 3; /* a peer's look: no hello */
   if (h <= 0) return h;
   if (owner != NULL && !keyEqual(c->buf + BS_HDR_KEY, bs->key)) {
     if (owner->nParked == BS_PARKED_MAX) { /* the oldest goes */
@@ -433,6 +443,7 @@ static int ringHelloProgress(struct papBootstrap* bs, struct papBsHelloConn* c, 
  * in a shrink); strangers are dropped. */
 static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, int listenFd,
                                      const union papSockAddr* listenAddr,
+                                     const struct papBootstrapAddr* addrs,
                                      struct papBootstrap* owner, uint64_t deadlineNs) {
   papcclResult_t res = papcclRemoteError;
   struct papBsHelloConn pending[BS_RING_MAX_PENDING];
@@ -453,12 +464,30 @@ static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, int listenFd,
     owner->parked[i] = owner->parked[--owner->nParked];
     return papcclSuccess;
   }
+  /* A prev that never connects may be dead: its listener, which existed before its
+   * address reached us, then refuses. Looked at every BS_PROBE_NS of waiting. */
+  union papSockAddr prevAddr;
+  int canProbe = bsAddrFromBytes(&addrs[prev], &prevAddr) == 0;
+  unsigned char probe[PAP_BS_HDR];
+  papBootstrapPackHdr(probe, PAP_BOOTSTRAP_MSG_PROBE, 0, 0, 0, bs->key);
+  uint64_t nextProbe = papNowNs() + BS_PROBE_NS;
   for (;;) {
     uint64_t now = papNowNs();
     if (papAborted(bs->abortFlag)) {
       PAP_WARN("bootstrap rank %d: aborted while waiting for rank %d (prev) to connect to %s",
                bs->rank, prev, lstr);
       goto out;
+    }
+    if (canProbe && now >= nextProbe) {
+      if (papSocketProbeGone(&prevAddr, 50, probe, sizeof(probe))) {
+        PAP_WARN(
+            "bootstrap rank %d: rank %d (prev) is gone (its listener refuses connections) "
+            "while this rank waits for it to connect",
+            bs->rank, prev);
+        goto out;
+      }
+      now = papNowNs();
+      nextProbe = now + BS_PROBE_NS;
     }
     if (now >= deadlineNs) {
       PAP_WARN("bootstrap rank %d: timeout while waiting for rank %d (prev) to connect to %s",
@@ -485,6 +514,7 @@ static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, int listenFd,
     for (int i = 0; i < nPending; i++) {
       pfds[n++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
     }
+    if (canProbe && nextProbe < wake) wake = nextProbe;
     uint64_t ms = (wake - now + 999999) / 1000000;
     int r =
         poll(pfds, (nfds_t)n, ms < PAP_SOCKET_POLL_SLICE_MS ? (int)ms : PAP_SOCKET_POLL_SLICE_MS);
@@ -498,7 +528,8 @@ static papcclResult_t ringAcceptPrev(struct papBootstrap* bs, int listenFd,
       if (pfds[pendBase + i].revents == 0) continue;
       int h = ringHelloProgress(bs, &pending[i], prev, owner, why, sizeof(why));
       if (h == 0) continue;
-      if (h == 2) { /* parked: no longer ours */
+      if (h == 2 || h == 3) { /* parked (no longer ours), or a probe */
+        if (h == 3) close(pending[i].fd);
         pending[i] = pending[--nPending];
         continue;
       }
@@ -531,6 +562,10 @@ out:
     /* One last read, so that the WARN names what was wrong with it if anything was. */
     int h = ringHelloProgress(bs, &pending[i], prev, owner, why, sizeof(why));
     if (h == 2) continue; /* parked */
+    if (h == 3) {
+      close(pending[i].fd);
+      continue;
+    }
     if (h > 0) snprintf(why, sizeof(why), "a second hello from rank %d (prev)", prev);
     if (h == 0) {
       snprintf(why, sizeof(why), "no complete hello before %s",
@@ -562,13 +597,13 @@ static papcclResult_t ringConnect(struct papBootstrap* bs, const struct papBoots
     }
     snprintf(what, sizeof(what), "rank %d connecting to rank %d (next) at %s", bs->rank, next,
              papSocketAddrToString(&nextAddr, str, sizeof(str)));
-    PAP_CHECK(papSocketConnect(&nextAddr, deadlineNs, bs->abortFlag, what, &bs->nextFd));
+    PAP_CHECK(papSocketConnectListening(&nextAddr, deadlineNs, bs->abortFlag, what, &bs->nextFd));
     papBootstrapPackHdr(msg, PAP_BOOTSTRAP_MSG_RING_HELLO, PAP_BOOTSTRAP_RING_HELLO_BYTES, 0, 0,
                         bs->key);
     bsPut32(msg + PAP_BS_HDR, (uint32_t)bs->rank);
     bsPut32(msg + PAP_BS_HDR + 4, (uint32_t)bs->nranks);
     PAP_CHECK(papSocketSendAll(bs->nextFd, msg, sizeof(msg), deadlineNs, bs->abortFlag, what));
-    PAP_CHECK(ringAcceptPrev(bs, listenFd, listenAddr, owner, deadlineNs));
+    PAP_CHECK(ringAcceptPrev(bs, listenFd, listenAddr, addrs, owner, deadlineNs));
   }
   bs->connected = 1;
   PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap rank %d of %d: ring connected", bs->rank, bs->nranks);
@@ -703,11 +738,6 @@ papcclResult_t papBootstrapShrink(struct papBootstrap* parent, const int* member
 out:
   free(via);
   papBootstrapDestroy(bs);
-  /* A failed shrink returns at its deadline on every member, also on one that saw the
-   * failure at once (a dead next member): the members' next try then starts together, not
-   * with one of them a timeout ahead of the others. */
-  while (res != papcclSuccess && !papAborted(abortFlag) && papNowNs() < deadlineNs)
-    usleep(10000);
   return res;
 }
 

@@ -95,7 +95,8 @@ enum papBootstrapMsgType {
   PAP_BOOTSTRAP_MSG_ADDR_TABLE = 2, /* root -> rank: communicator key, nranks addresses */
   PAP_BOOTSTRAP_MSG_RING_HELLO = 3, /* rank -> next rank's listener */
   PAP_BOOTSTRAP_MSG_ALLGATHER = 4, /* one ring step of papBootstrapAllGather */
-  PAP_BOOTSTRAP_MSG_BARRIER = 5 /* one ring step of papBootstrapBarrier */
+  PAP_BOOTSTRAP_MSG_BARRIER = 5, /* one ring step of papBootstrapBarrier */
+  PAP_BOOTSTRAP_MSG_PROBE = 6 /* "are you there": a waiting rank's look at its prev's listener */
 };
 
 void papBootstrapPackHdr(unsigned char hdr[PAP_BOOTSTRAP_HDR_BYTES], int type, uint64_t payloadLen,

@@ -355,8 +355,46 @@ static int isSelfConnect(int fd) {
   return la == lb && memcmp(&a, &b, la) == 0;
 }
 
+static papcclResult_t connectLoop(const union papSockAddr* addr, uint64_t deadlineNs,
+                                  const volatile int* abortFlag, const char* what, int* fdOut,
+                                  int retryRefused);
+
 papcclResult_t papSocketConnect(const union papSockAddr* addr, uint64_t deadlineNs,
                                 const volatile int* abortFlag, const char* what, int* fdOut) {
+  return connectLoop(addr, deadlineNs, abortFlag, what, fdOut, 1);
+}
+
+papcclResult_t papSocketConnectListening(const union papSockAddr* addr, uint64_t deadlineNs,
+                                         const volatile int* abortFlag, const char* what,
+                                         int* fdOut) {
+  return connectLoop(addr, deadlineNs, abortFlag, what, fdOut, 0);
+}
+
+int papSocketProbeGone(const union papSockAddr* addr, int waitMs, const void* msg, size_t len) {
+  socklen_t alen = papSocketAddrLen(addr);
+  if (alen == 0) return 0;
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  int err = 0;
+  if (connect(fd, &addr->sa, alen) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+      socklen_t elen = sizeof(err);
+      err = poll(&pfd, 1, waitMs) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0
+                ? err
+                : EINPROGRESS;
+    }
+  }
+  if (err == 0 && isSelfConnect(fd)) err = ECONNREFUSED;
+  if (err == 0 && len > 0) (void)!send(fd, msg, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  close(fd);
+  return err == ECONNREFUSED;
+}
+
+static papcclResult_t connectLoop(const union papSockAddr* addr, uint64_t deadlineNs,
+                                  const volatile int* abortFlag, const char* what, int* fdOut,
+                                  int retryRefused) {
   char str[PAP_SOCKET_ADDR_STRLEN];
   socklen_t len = papSocketAddrLen(addr);
   int backoffMs = BACKOFF_MIN_MS;
@@ -393,6 +431,11 @@ papcclResult_t papSocketConnect(const union papSockAddr* addr, uint64_t deadline
       return papcclSuccess;
     }
     close(fd);
+    if (err == ECONNREFUSED && !retryRefused) {
+      PAP_WARN("%s refused the connection while %s: its process is gone",
+               papSocketAddrToString(addr, str, sizeof(str)), what);
+      return papcclRemoteError;
+    }
     if (!connectRetryable(err)) {
       PAP_WARN("connect to %s failed while %s: %s", papSocketAddrToString(addr, str, sizeof(str)),
                what, strerror(err));

@@ -57,6 +57,15 @@ papcclResult_t papSocketAccept(int listenFd, int* fdOut, union papSockAddr* peer
  * and return papcclRemoteError. */
 papcclResult_t papSocketConnect(const union papSockAddr* addr, uint64_t deadlineNs,
                                 const volatile int* abortFlag, const char* what, int* fdOut);
+/* The same to a listener known to exist (a rank's, whose address came from the rendezvous):
+ * a refusal means its process is gone, a WARN and papcclRemoteError at once. */
+papcclResult_t papSocketConnectListening(const union papSockAddr* addr, uint64_t deadlineNs,
+                                         const volatile int* abortFlag, const char* what,
+                                         int* fdOut);
+/* One short look at a listener known to exist: 1 when it refuses (its process is gone),
+ * 0 otherwise, also when it cannot tell within waitMs. When it connects, the first len bytes
+ * of msg are sent (a greeting the listener can tell from a stranger) and it is closed. */
+int papSocketProbeGone(const union papSockAddr* addr, int waitMs, const void* msg, size_t len);
 
 /* Waits on fds with poll() in slices of PAP_SOCKET_POLL_SLICE_MS, checking *abortFlag
  * (may be NULL) and deadlineNs between slices. Returns success once some fd has an event,

@@ -340,7 +340,7 @@ TEST_F(Shrink, PeerInAnotherPidNamespaceIsNotJudgedByPid) {
 // ---- A member dies instead of joining a shrink ---------------------------------------------
 
 TEST_F(Shrink, MemberDeadDuringShrinkFailsItThenShrinkWithoutIt) {
-  const int timeoutS = 4;
+  const int timeoutS = kKillTimeoutS;
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", std::to_string(timeoutS));
   const int n = 4, victim = 3;
   Options opt = SurvivorOptions();
@@ -353,9 +353,13 @@ TEST_F(Shrink, MemberDeadDuringShrinkFailsItThenShrinkWithoutIt) {
         const double t0 = NowS();
         papcclResult_t res =
             papcclCommShrink(rk.comm, nullptr, 0, &child, nullptr, PAPCCL_SHRINK_DEFAULT);
+        const double took = NowS() - t0;
         fprintf(stderr, "rank %d: the shrink with a dead member returned %d after %.2f s\n",
-                rk.rank, (int)res, NowS() - t0);
+                rk.rank, (int)res, took);
         EXPECT_NE(papcclSuccess, res);
+        // Its listener refuses: the rank before it fails to connect, the one after it probes
+        // it, the others see their ring sockets close.
+        EXPECT_LT(took, kDetectBoundS) << "the dead member was not seen before the timeout";
         EXPECT_EQ(nullptr, child);
         int dead = victim;
         ASSERT_EQ(papcclSuccess,
