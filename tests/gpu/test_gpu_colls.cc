@@ -9,6 +9,7 @@
 // (a clear error), ranks as threads and as processes.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -711,40 +712,125 @@ TEST(GpuColls, ReportIpcCrossover) {
   }
 }
 
+// Starts this binary once per rank (PAPCCL_GPU_CHILD=rank,n,id plus extraEnv); returns
+// each rank's wait status.
+static std::vector<int> spawnRanks(int n, const std::vector<std::string>& extraEnv) {
+  papcclUniqueId id;
+  std::vector<int> statuses;
+  if (papcclGetUniqueId(&id) != papcclSuccess) return statuses;
+  std::string hex;
+  for (size_t i = 0; i < sizeof(id); i++) {
+    char b[3];
+    snprintf(b, sizeof(b), "%02x", (unsigned char)id.internal[i]);
+    hex += b;
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; r++) {
+    std::string env1 =
+        "PAPCCL_GPU_CHILD=" + std::to_string(r) + "," + std::to_string(n) + "," + hex;
+    std::vector<char*> envp;
+    for (char** e = environ; *e; e++)
+      envp.push_back(*e);
+    envp.push_back(const_cast<char*>(env1.c_str()));
+    for (const std::string& e : extraEnv)
+      envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    char self[] = "/proc/self/exe";
+    char* argv[] = {self, nullptr};
+    pid_t pid;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) break;
+    pids.push_back(pid);
+  }
+  for (pid_t p : pids) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    statuses.push_back(status);
+  }
+  return statuses;
+}
+
 // Ranks as processes sharing the GPU: this binary runs itself once per rank. Each maps the
 // others' arenas with cudaIpcOpenMemHandle (CUDA IPC must be on between them).
 TEST(GpuColls, ProcessesShareTheGpu) {
   for (int n : {2, 4}) {
-    papcclUniqueId id;
-    PC(papcclGetUniqueId(&id));
-    std::string hex;
-    for (size_t i = 0; i < sizeof(id); i++) {
-      char b[3];
-      snprintf(b, sizeof(b), "%02x", (unsigned char)id.internal[i]);
-      hex += b;
-    }
-    std::vector<pid_t> pids;
-    for (int r = 0; r < n; r++) {
-      std::string env1 =
-          "PAPCCL_GPU_CHILD=" + std::to_string(r) + "," + std::to_string(n) + "," + hex;
-      std::vector<char*> envp;
-      for (char** e = environ; *e; e++)
-        envp.push_back(*e);
-      envp.push_back(const_cast<char*>(env1.c_str()));
-      envp.push_back(nullptr);
-      char self[] = "/proc/self/exe";
-      char* argv[] = {self, nullptr};
-      pid_t pid;
-      ASSERT_EQ(0, posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()));
-      pids.push_back(pid);
-    }
-    for (pid_t p : pids) {
-      int status = 0;
-      waitpid(p, &status, 0);
+    std::vector<int> statuses = spawnRanks(n, {});
+    ASSERT_EQ((size_t)n, statuses.size());
+    for (int status : statuses)
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
           << n << " processes: a rank exited with status " << status;
+  }
+}
+
+// A rank dies while the others' allreduce waits in stream order: their streams are released
+// long before PAPCCL_TIMEOUT_S (60 s here), the comm holds the error, and the survivors
+// shrink it without the dead rank and run device allreduces on the new comm (childKill).
+TEST(GpuColls, DeadRankReleasesTheStreamAndShrinkGoesOn) {
+  for (const char* ipc : {"PAPCCL_CUDA_IPC=0", "PAPCCL_CUDA_IPC=1"}) {
+    const int n = 3;
+    std::vector<int> statuses =
+        spawnRanks(n, {"PAPCCL_GPU_CHILD_KILL=1", "PAPCCL_TIMEOUT_S=60", ipc});
+    ASSERT_EQ((size_t)n, statuses.size());
+    for (int r = 0; r < n; r++) {
+      if (r == n - 1)
+        EXPECT_TRUE(WIFSIGNALED(statuses[r]) && WTERMSIG(statuses[r]) == SIGKILL)
+            << ipc << ": the victim ended with status " << statuses[r];
+      else
+        EXPECT_TRUE(WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
+            << ipc << ": survivor " << r << " exited with status " << statuses[r];
     }
   }
+}
+
+// A child rank of DeadRankReleasesTheStreamAndShrinkGoesOn: one checked device allreduce;
+// then the last rank dies, the others' next one must fail and release their stream, and they
+// go on in a shrunk comm.
+static int childKill(papcclComm_t comm, int rank, int n) {
+  cudaStream_t st;
+  cudaStreamCreate(&st);
+  const size_t count = 1 << 18;
+  float* b;
+  cudaMalloc(&b, count * 4);
+  std::vector<float> out(count);
+  int bad = 0;
+  papKernFillF32(b, count, (float)(rank + 1), 0.0f, st);
+  if (papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st) != papcclSuccess) bad++;
+  cudaStreamSynchronize(st);
+  cudaMemcpy(out.data(), b, count * 4, cudaMemcpyDeviceToHost);
+  if (out[0] != (float)(n * (n + 1) / 2)) bad++;
+  if (rank == n - 1) raise(SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  papcclAllReduce(b, b, count, papcclFloat32, papcclSum, comm, st);  // enqueued
+  bool released = false;
+  for (int waited = 0; waited < 20000 && !released; waited += 5) {
+    released = cudaStreamQuery(st) == cudaSuccess;
+    if (!released) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  papcclResult_t async = papcclSuccess;
+  papcclCommGetAsyncError(comm, &async);
+  fprintf(stderr, "child rank %d: stream released %d after %.3f s, async error %d: %s\n", rank,
+          (int)released, s, (int)async, papcclGetLastError(comm));
+  if (!released || s > 10 || async == papcclSuccess || async == papcclInProgress) bad++;
+  int dead = n - 1;
+  papcclComm_t child = nullptr;
+  if (papcclCommShrink(comm, &dead, 1, &child, nullptr, PAPCCL_SHRINK_ABORT) != papcclSuccess) {
+    fprintf(stderr, "child rank %d: shrink failed: %s\n", rank, papcclGetLastError(comm));
+    return 1;
+  }
+  for (int it = 0; it < 20; it++) {
+    papKernFillF32(b, count, (float)(rank + 1 + it), 0.0f, st);
+    if (papcclAllReduce(b, b, count, papcclFloat32, papcclSum, child, st) != papcclSuccess) bad++;
+    cudaStreamSynchronize(st);
+    cudaMemcpy(out.data(), b, count * 4, cudaMemcpyDeviceToHost);
+    float want = (float)((n - 1) * n / 2 + (n - 1) * it);
+    if (out[0] != want || out[count - 1] != want) bad++;
+  }
+  papcclCommDestroy(child);
+  papcclCommAbort(comm);
+  cudaFree(b);
+  cudaStreamDestroy(st);
+  if (bad) fprintf(stderr, "child rank %d of %d: %d wrong\n", rank, n, bad);
+  return bad ? 1 : 0;
 }
 
 // A child rank: allreduce and allgather on device buffers, checked.
@@ -761,6 +847,7 @@ static int childRank(const char* spec) {
   cudaSetDevice(0);
   papcclComm_t comm;
   if (papcclCommInitRank(&comm, n, id, rank) != papcclSuccess) return 3;
+  if (getenv("PAPCCL_GPU_CHILD_KILL")) return childKill(comm, rank, n);
   cudaStream_t st;
   cudaStreamCreate(&st);
   const size_t count = 1 << 20;
