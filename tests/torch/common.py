@@ -37,7 +37,9 @@ def expect_error(fn, words, what):
 
 
 def run(tests):
-    """Runs each test(rank, world) in order; a raised exception is a failure of that test."""
+    """Runs each test(rank, world) in order; a raised exception is a failure of that test.
+    Then destroys the default group (if any), as a program should before it exits, and exits
+    with the result."""
     for t in tests:
         try:
             t()
@@ -45,6 +47,8 @@ def run(tests):
             _failures.append(t.__name__)
             print("FAIL rank %d: %s raised\n%s" % (RANK, t.__name__, traceback.format_exc()),
                   flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
     print("rank %d: %d checks, %d failures" % (RANK, _checks[0], len(_failures)), flush=True)
     sys.exit(1 if _failures else 0)
 

@@ -80,4 +80,3 @@ def test_ddp_comm_hook():
 if __name__ == "__main__":
     init(timeout=datetime.timedelta(seconds=60))
     run([test_ddp, test_ddp_comm_hook])
-    dist.destroy_process_group()

@@ -78,4 +78,3 @@ if __name__ == "__main__":
     # rank that is still hung in the old one within torch's store timeouts).
     init(timeout=datetime.timedelta(seconds=TIMEOUT_S))
     run([{"hung": test_hung_rank, "dead": test_dead_rank}[sys.argv[1]]])
-    dist.destroy_process_group()

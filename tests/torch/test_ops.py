@@ -334,4 +334,3 @@ if __name__ == "__main__":
     run([test_allreduce, test_reduce, test_reduce_scatter, test_movement, test_alltoall_uneven,
          test_noncontiguous, test_coalesced_and_p2p, test_async_and_futures, test_groups,
          test_errors, test_objects, test_reinit])
-    dist.destroy_process_group()

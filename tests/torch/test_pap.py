@@ -51,4 +51,3 @@ def test_pap_stats():
 if __name__ == "__main__":
     init(timeout=datetime.timedelta(seconds=60))
     run([test_pap_stats])
-    dist.destroy_process_group()
