@@ -649,6 +649,13 @@ static void commStopOps(struct papComm* comm) {
     comm->tops->wake(comm->tstate);
 }
 
+/* Revokes comm (papcclCommRevoke, and shrink's ABORT): new operations are refused, the ones
+ * in flight stop. */
+static void commRevoke(struct papComm* comm) {
+  atomic_store_explicit(&comm->revoked, 1, memory_order_seq_cst);
+  commStopOps(comm);
+}
+
 /* Drains other threads' calls (the caller's own call is counted too). No deadline: each of
  * those calls ends within its own (the abort flag is set, or the comm is dead). */
 static void waitCallsDrained(struct papComm* comm) {
@@ -911,8 +918,7 @@ PAPCCL_API papcclResult_t papcclCommRevoke(papcclComm_t comm, int revokeFlags) {
     res = papcclInvalidArgument;
     goto out;
   }
-  atomic_store_explicit(&comm->revoked, 1, memory_order_seq_cst);
-  commStopOps(comm);
+  commRevoke(comm);
   if (comm->blocking) {
     /* Every call in flight and every queued job ends at the abort flag. */
     waitCallsDrained(comm);
@@ -989,8 +995,7 @@ PAPCCL_API papcclResult_t papcclCommShrink(papcclComm_t comm, int* excludeRanksL
       out);
   if (shrinkFlags == PAPCCL_SHRINK_ABORT) {
     /* After a failure: the parent's operations stop first (they may wait for the dead). */
-    atomic_store_explicit(&comm->revoked, 1, memory_order_seq_cst);
-    commStopOps(comm);
+    commRevoke(comm);
     waitCallsDrained(comm);
   }
   papCommWaitPendingJobs(comm);

@@ -1499,16 +1499,14 @@ int papArrivalArrived(struct papComm* comm, const struct papOpDesc* op, unsigned
   const struct papArrival* a = &op->arr;
   int n = comm->nranks;
   if (!a->used || a->flat || comm->arrival == NULL || comm->arrival->msg) return -1;
-  uint64_t word = 0;
-  if (bLoad(comm, IDX_WORD(n, a->slot), &word) != papcclSuccess || PAP_W_GEN(word) != a->gen)
+  uint64_t* buf = comm->arrival->slotBuf; /* word, released, rank_at[n] */
+  if (bRead(comm, IDX_WORD(n, a->slot), 2 + (size_t)n, buf) != papcclSuccess ||
+      PAP_W_GEN(buf[0]) != a->gen)
     return -1;
   memset(arrived, 0, (size_t)n);
-  uint32_t cnt = PAP_W_COUNT(word);
-  for (uint32_t p = 0; p < cnt && p < (uint32_t)n; p++) {
-    uint64_t v = 0;
-    if (bLoad(comm, IDX_RANKAT(n, a->slot, p), &v) != papcclSuccess) return -1;
-    int r = (int)(uint32_t)v - 1;
-    if ((uint32_t)(v >> 32) == a->gen && r >= 0 && r < n) arrived[r] = 1;
+  for (int p = 0; p < n; p++) {
+    int r = entryRank(buf[2 + p], a->gen, n);
+    if (r >= 0) arrived[r] = 1;
   }
   return 0;
 }

@@ -13,20 +13,6 @@
 #include "futex.h"
 #include "log.h"
 
-static const char* collName(int coll) {
-  static const char* const names[PAP_COLL_COUNT] = {
-      "AllReduce", "Broadcast", "Reduce",  "AllGather", "ReduceScatter",
-      "AlltoAll",  "Gather",    "Scatter", "Send",      "Recv"};
-  return coll >= 0 && coll < PAP_COLL_COUNT ? names[coll] : "?";
-}
-
-static const char* typeName(int t) {
-  static const char* const names[] = {"int8",    "uint8",    "int32",      "uint32",
-                                      "int64",   "uint64",   "float16",    "float32",
-                                      "float64", "bfloat16", "float8e4m3", "float8e5m2"};
-  return t >= 0 && t < (int)(sizeof(names) / sizeof(names[0])) ? names[t] : "?";
-}
-
 struct diagBuf {
   char* p;
   size_t cap, len;
@@ -72,17 +58,15 @@ void papDiagUpdate(struct papComm* comm, struct papWait* w, const int* seen) {
     const struct papCall* c = &op->call;
     int p2p = c->coll == PAP_COLL_SEND || c->coll == PAP_COLL_RECV;
     if (op->comm != comm) continue;
+    char call[128];
+    papArrivalCallString(papArrivalSignature(c), c->root, call, sizeof(call));
     if (p2p) {
-      put(&b, "%s %s(count %zu) %s rank %d", i ? ";" : ":", collName(c->coll), c->count,
-          c->coll == PAP_COLL_SEND ? "to" : "from", c->root);
+      put(&b, "%s %s %s rank %d", i ? ";" : ":", call, c->coll == PAP_COLL_SEND ? "to" : "from",
+          c->root);
       continue;
     }
-    put(&b, "%s collective #%llu %s(count %zu, %s", i ? ";" : ":", (unsigned long long)c->cseq,
-        collName(c->coll), c->count, typeName((int)c->dtype));
-    if (c->coll == PAP_COLL_BROADCAST || c->coll == PAP_COLL_REDUCE || c->coll == PAP_COLL_GATHER ||
-        c->coll == PAP_COLL_SCATTER)
-      put(&b, ", root %d", c->root);
-    put(&b, ") for %.1f s", now > op->arr.tArr ? (double)(now - op->arr.tArr) / 1e9 : 0.0);
+    put(&b, "%s collective #%llu %s for %.1f s", i ? ";" : ":", (unsigned long long)c->cseq, call,
+        now > op->arr.tArr ? (double)(now - op->arr.tArr) / 1e9 : 0.0);
     int known = mark != NULL;
     if (known && seen != NULL) {
       for (int r = 0; r < n; r++)

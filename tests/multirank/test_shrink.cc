@@ -268,7 +268,8 @@ TEST_F(Shrink, StoppedRankIsNamedAtTheTimeoutAndInTheDump) {
         EXPECT_EQ(papcclRemoteError, res);
         EXPECT_NE(std::string::npos, why.find("timed out")) << why;
         EXPECT_NE(std::string::npos, why.find("not arrived: ranks 2")) << why;
-        EXPECT_NE(std::string::npos, dump.find("collective #1 AllReduce(count 1048576, float32"))
+        EXPECT_NE(std::string::npos,
+                  dump.find("collective #1 AllReduce(count 1048576, float, sum)"))
             << dump;
         EXPECT_NE(std::string::npos, dump.find("not arrived: ranks 2")) << dump;
         int silent = victim;
