@@ -142,6 +142,53 @@ def abort(group=None, why="aborted by the user"):
 
 
 
+def shrink(group=None, exclude=(), abort=True, as_default=False):
+    """A new group of this group's ranks that are not in ``exclude`` (ranks of ``group``),
+    in their order: papcclCommShrink, through the group's own communicator, with no store
+    and no rendezvous (the store may have died with rank 0). Every rank not excluded calls
+    it with the same list; excluded ranks do not call it.
+
+    ``abort=True`` (after a failure): this group's running and queued operations end with an
+    error, and the group takes no more work; destroy it when convenient. ``abort=False`` on
+    a healthy group: its queued work runs first and the group stays usable.
+
+    The new group works with the collectives' ``group=`` argument, ``get_rank(group)``,
+    ``get_world_size(group)`` and ``pap_stats``. ``as_default=True`` (shrinking the default
+    group) makes it the default group instead: ranks are renumbered 0..n-1 and calls without
+    ``group=`` use it; the old default group is released (its communicator aborted).
+    """
+    pg = _papccl_group(group)
+    c10d = dist.distributed_c10d
+    default = c10d._get_default_group() if dist.is_initialized() else None
+    try:
+        exclude = sorted(set(int(r) for r in exclude))
+    except (TypeError, ValueError):
+        raise TypeError("papccl shrink: exclude must be a list of ranks, got %r" % (exclude,))
+    if as_default and pg is not default:
+        raise ValueError("papccl shrink: as_default=True needs the default group")
+    new = pg._shrink(exclude, bool(abort))
+    survivors = [r for r in range(pg.size()) if r not in exclude]
+    if as_default:
+        # torch 1.13's bookkeeping of the default group (distributed_c10d).
+        name = c10d._pg_names.get(pg, "papccl-shrunk")
+        for table in (c10d._pg_map, c10d._pg_names, c10d._pg_group_ranks):
+            table.clear()
+        c10d._update_default_pg(new)
+        c10d._pg_map[new] = (BACKEND, None)
+        c10d._pg_names[new] = name
+        c10d._pg_group_ranks[new] = {i: i for i in range(new.size())}
+        return new
+    # Global rank -> rank in the new group, so that get_rank(new) and friends work.
+    parent = c10d._pg_group_ranks.get(pg) if pg is not default else None
+    to_global = ({g: p for g, p in parent.items()} if parent is not None
+                 else {p: p for p in range(pg.size())})
+    by_group = {p: g for g, p in to_global.items()}
+    c10d._pg_group_ranks[new] = {by_group[p]: i for i, p in enumerate(survivors)}
+    c10d._pg_map[new] = (BACKEND, None)
+    c10d._pg_names[new] = "papccl-shrunk-%d" % id(new)
+    return new
+
+
 def save_trace(path, group=None, last=4096, op="allreduce", since_seq=-1):
     """Writes the arrival pattern of this group's last ``last`` collectives of kind ``op``
     (those whose every arrival this rank saw, and whose sequence number is above

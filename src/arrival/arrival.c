@@ -951,7 +951,7 @@ static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64
   PAP_CHECK(papCommCheckDeadPeer(comm));
   for (int r = 0; r < comm->nranks; r++) {
     if (r == comm->rank || comm->tops->peerAlive(comm->tstate, r)) continue;
-    PAP_WARN("rank %d (pid %d) exited while %s", r, comm->pids[r], w->what);
+    PAP_WARN("rank %d (%s) exited while %s", r, papCommPidText(comm, r).s, w->what);
     return papcclRemoteError;
   }
   return papArrivalCheckMismatch(comm);

@@ -251,8 +251,8 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
         papDiagUpdate(comm, &w, seen);
         for (int p = 0; p < n; p++) {
           if (seen[p] || comm->tops->peerAlive(comm->tstate, p)) continue;
-          PAP_WARN("allreduce #%llu on rank %d: rank %d (pid %d) exited before it arrived",
-                   (unsigned long long)c->cseq, me, p, comm->pids[p]);
+          PAP_WARN("allreduce #%llu on rank %d: rank %d (%s) exited before it arrived",
+                   (unsigned long long)c->cseq, me, p, papCommPidText(comm, p).s);
           return papcclRemoteError;
         }
         /* A peer that runs this collective on the board made another call. */

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine.h"
 #include "log.h"
@@ -153,14 +154,29 @@ static inline int papCommDeadPeer(struct papComm* comm) {
   return comm->tops->deadPeer(comm->tstate);
 }
 
+/* "pid N" for a peer's process in the errors that name it, or, where its pid means nothing
+ * here (a peer in another PID namespace keeps pid 0), that it lives in another one. */
+struct papPidText {
+  char s[40];
+};
+static inline struct papPidText papCommPidText(const struct papComm* comm, int r) {
+  struct papPidText t;
+  int pid = comm->pids != NULL && r >= 0 && r < comm->nranks ? comm->pids[r] : 0;
+  if (pid > 0)
+    snprintf(t.s, sizeof(t.s), "pid %d", pid);
+  else
+    snprintf(t.s, sizeof(t.s), "in another PID namespace");
+  return t;
+}
+
 /* papcclSuccess, or papcclRemoteError with a WARN naming the dead peer. */
 static inline papcclResult_t papCommCheckDeadPeer(struct papComm* comm) {
   int d = papCommDeadPeer(comm);
   if (d < 0) return papcclSuccess;
   PAP_WARN(
-      "rank %d (pid %d) died without leaving the communicator: rank %d's operation cannot "
+      "rank %d (%s) died without leaving the communicator: rank %d's operation cannot "
       "complete",
-      d, comm->pids ? comm->pids[d] : -1, comm->rank);
+      d, papCommPidText(comm, d).s, comm->rank);
   return papcclRemoteError;
 }
 

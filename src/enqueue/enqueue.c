@@ -131,8 +131,8 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
       int progressed = 0;
       PAP_CHECK(papEngineProgress(e, &progressed));
       if (progressed) return papcclSuccess;
-      PAP_WARN("peer %d (pid %d) exited while rank %d waits for it", s->peer, comm->pids[s->peer],
-               comm->rank);
+      PAP_WARN("peer %d (%s) exited while rank %d waits for it", s->peer,
+               papCommPidText(comm, s->peer).s, comm->rank);
       return papcclRemoteError;
     }
     if (papCommDeadPeer(comm) >= 0) {

@@ -152,6 +152,10 @@ constexpr int kKillTimeoutS = 60;
 // of the test runs must never reach by chance).
 constexpr double kDetectBoundS = 10;
 
+// Allreduces of count floats on comm until one fails (a peer died), for at most twice the
+// kill tests' timeout; returns how long the failing call took and its result in *res.
+double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res);
+
 TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
   const KillCase k = GetParam();
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", std::to_string(kKillTimeoutS));
@@ -177,14 +181,7 @@ TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
         }
         ExpectWarn any;  // the dead-peer reports, the shrink's cancelled parent
         papcclResult_t res = papcclSuccess;
-        double callS = 0;
-        const double start = NowS();
-        while (res == papcclSuccess && NowS() - start < 2 * kKillTimeoutS) {
-          const double t0 = NowS();
-          res = papcclAllReduce(buf.data(), buf.data(), k.count, papcclFloat32, papcclSum, rk.comm,
-                                nullptr);
-          callS = NowS() - t0;
-        }
+        const double callS = CallUntilFailure(rk.comm, k.count, &res);
         fprintf(stderr, "%s: rank %d: detection: the failing call took %.3f s: %s\n", k.name,
                 rk.rank, callS, papcclGetLastError(rk.comm));
         EXPECT_NE(papcclSuccess, res);
@@ -207,6 +204,19 @@ TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
 }
 
 const size_t kLarge = size_t(1) << 20;  // 4 MiB: the engine's plans
+
+double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res) {
+  std::vector<float> buf(count, 1.0f);
+  double callS = 0;
+  *res = papcclSuccess;
+  const double start = NowS();
+  while (*res == papcclSuccess && NowS() - start < 2 * kKillTimeoutS) {
+    const double t0 = NowS();
+    *res = papcclAllReduce(buf.data(), buf.data(), count, papcclFloat32, papcclSum, comm, nullptr);
+    callS = NowS() - t0;
+  }
+  return callS;
+}
 INSTANTIATE_TEST_SUITE_P(
     Phases, ShrinkKill,
     ::testing::Values(KillCase{"between_flat", nullptr, false, 16, 1, true},
@@ -336,6 +346,114 @@ TEST_F(Shrink, PeerInAnotherPidNamespaceIsNotJudgedByPid) {
       },
       opt);
   ExpectAllSucceeded(out, "across PID namespaces");
+}
+
+// Killed there, it is seen as fast as a peer of our namespace (before the life lock, such a
+// peer had no liveness signal at all: the survivor waited out PAPCCL_TIMEOUT_S). Rank 1 is
+// pid 2 of a new namespace (its pid 1 cannot be killed from inside; it reaps rank 1 and
+// reports how it ended).
+TEST_F(Shrink, PeerKilledInAnotherPidNamespaceIsSeen) {
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", std::to_string(kKillTimeoutS));
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  opt.deadlineS = 150;
+  auto out = RunProcesses(
+      2,
+      [&](Rank& rk) {
+        auto victim = [&] {
+          papcclComm_t comm = nullptr;
+          ASSERT_EQ(papcclSuccess, papcclCommInitRank(&comm, rk.nranks, rk.id, rk.rank));
+          CheckedAllReduces(comm, rk.rank, 2, 6, "before the kill");
+          raise(SIGKILL);
+        };
+        if (rk.rank == 0) {
+          papcclComm_t comm = nullptr;
+          ASSERT_EQ(papcclSuccess, papcclCommInitRank(&comm, rk.nranks, rk.id, rk.rank));
+          CheckedAllReduces(comm, rk.rank, 2, 6, "before the kill");
+          ExpectWarn any;
+          papcclResult_t res = papcclSuccess;
+          const double callS = CallUntilFailure(comm, 4096, &res);
+          const std::string why = papcclGetLastError(comm);
+          fprintf(stderr, "pidns: rank 0: detection: the failing call took %.3f s: %s\n", callS,
+                  why.c_str());
+          EXPECT_NE(papcclSuccess, res);
+          EXPECT_LT(callS, kDetectBoundS) << "the dead rank was not seen before the timeout";
+          EXPECT_TRUE(why.find("peer 1 ") != std::string::npos ||
+                      why.find("rank 1 ") != std::string::npos)
+              << "the error does not name rank 1: " << why;
+          EXPECT_EQ(papcclSuccess, papcclCommAbort(comm));
+          return;
+        }
+        if (unshare(CLONE_NEWPID) != 0) {
+          fprintf(stderr, "unshare(CLONE_NEWPID): %s: rank 1 dies in this namespace\n",
+                  strerror(errno));
+          victim();
+          return;
+        }
+        pid_t init = fork();  // pid 1 of the new namespace
+        ASSERT_GE(init, 0);
+        if (init == 0) {
+          pid_t rank1 = fork();  // pid 2: the rank, which can be killed
+          if (rank1 == 0) {
+            victim();
+            _exit(3);
+          }
+          int status = 0;
+          if (rank1 < 0 || waitpid(rank1, &status, 0) != rank1) _exit(4);
+          _exit(getpid() == 1 && rank1 == 2 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
+                    ? 0
+                    : 5);
+        }
+        int status = 0;
+        ASSERT_EQ(init, waitpid(init, &status, 0));
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            << "rank 1 was not pid 2 of a new namespace killed by SIGKILL (status " << status
+            << ")";
+      },
+      opt);
+  ExpectAllSucceeded(out, "a peer killed in another PID namespace");
+}
+
+// A child that a rank forked (a data-loader worker) inherits the rank's descriptors; it must
+// not keep the dead rank's life lock: the fork handler closes it in the child. The child
+// outlives the rank by far more than the detection bound.
+TEST_F(Shrink, ForkedChildOfADeadRankDoesNotHideItsDeath) {
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", std::to_string(kKillTimeoutS));
+  const int n = 3, victim = 1;
+  Options opt = SurvivorOptions();
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        CheckedAllReduces(rk.comm, rk.rank, n, 3, "before the fork");
+        if (rk.rank == victim) {
+          pid_t worker = fork();
+          if (worker == 0) {
+            // Lives on after its parent's death, past the bound, then goes quietly.
+            std::this_thread::sleep_for(std::chrono::duration<double>(kDetectBoundS + 3));
+            _exit(0);
+          }
+          CheckedAllReduces(rk.comm, rk.rank, n, 3, "after the fork");
+          raise(SIGKILL);
+        }
+        CheckedAllReduces(rk.comm, rk.rank, n, 3, "after the fork");
+        ExpectWarn any;
+        papcclResult_t res = papcclSuccess;
+        const double callS = CallUntilFailure(rk.comm, kLarge, &res);
+        fprintf(stderr, "forked: rank %d: detection: the failing call took %.3f s: %s\n", rk.rank,
+                callS, papcclGetLastError(rk.comm));
+        EXPECT_NE(papcclSuccess, res);
+        EXPECT_LT(callS, kDetectBoundS) << "the dead rank was not seen before the timeout";
+        int dead = victim;
+        papcclComm_t child = nullptr;
+        ASSERT_EQ(papcclSuccess,
+                  papcclCommShrink(rk.comm, &dead, 1, &child, nullptr, PAPCCL_SHRINK_ABORT));
+        CheckedAllReduces(child, rk.rank < victim ? rk.rank : rk.rank - 1, n - 1, 20, "shrunk");
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(child));
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      opt);
+  ExpectKilledAndSurvivors(out, victim);
 }
 
 // ---- A member dies instead of joining a shrink ---------------------------------------------

@@ -3,7 +3,9 @@
 at the group's timeout (the watchdog aborts the communicator), naming op and rank, and the
 group refuses later work. A rank that dies, left unreaped by its parent: the survivors' next
 operation raises, naming the dead rank, long before the timeout (each survivor, whichever
-peer it waits on), and the survivors go on in a new group of their own. Run by launch.py with 3 ranks."""
+peer it waits on), and the survivors go on in a new group of their own. Rank 0, the store's
+host, dies: the survivors shrink the group through papccl (no store) and go on. Run by
+launch.py with 3 ranks."""
 import datetime
 import os
 import sys
@@ -12,6 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 
+import papccl.torch
 from common import RANK, WORLD, check, expect_error, init, run
 
 TIMEOUT_S = 4
@@ -73,8 +76,68 @@ def test_dead_rank():
               "allreduce %d of the survivors" % k)
 
 
+def test_shrink():
+    """Rank 0 dies: it hosted the job's store, so no new group can meet through it. The
+    survivors shrink the default group through papccl (no store), make the result the
+    default, go on; then a DEFAULT shrink of the healthy group (a copy, used with group=),
+    and a shrink with a voluntary leaver."""
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    check(torch.equal(t, torch.full((8,), float(WORLD))), "allreduce before the death")
+    dist.barrier()
+    if RANK == 0:
+        os._exit(0)  # the store's host
+    text = expect_error(lambda: dist.all_reduce(torch.ones(1 << 16)),
+                        ["papccl", "allreduce", "rank %d" % RANK], "allreduce with rank 0 dead")
+    check("0 (pid" in text and ("exited" in text or "died" in text),
+          "the error names rank 0: " + text)
+    t0 = time.monotonic()
+    old = dist.distributed_c10d._get_default_group()
+    new = papccl.torch.shrink(exclude=[0], as_default=True)
+    print("rank %d: shrink took %.3f s" % (RANK, time.monotonic() - t0))
+    n = WORLD - 1
+    check(dist.get_rank() == RANK - 1 and dist.get_world_size() == n,
+          "ranks renumbered: %d of %d" % (dist.get_rank(), dist.get_world_size()))
+    check(dist.distributed_c10d._get_default_group() is new and new is not old,
+          "the shrunk group is the default")
+    expect_error(lambda: old.allreduce([torch.ones(2)]).wait(), ["papccl", "shrunk"],
+                 "the old default after the shrink")
+    del old
+    me = dist.get_rank()
+    for k in range(20):
+        t = torch.full((100,), float(me + k))
+        dist.all_reduce(t)
+        check(torch.equal(t, torch.full((100,), float(sum(r + k for r in range(n))))),
+              "allreduce %d of the survivors" % k)
+    # A healthy group: DEFAULT shrink of nobody is a copy; the default stays usable.
+    copy = papccl.torch.shrink(exclude=[], abort=False)
+    check(dist.get_rank(copy) == me and dist.get_world_size(copy) == n, "the copy's ranks")
+    t = torch.full((5,), 2.0)
+    dist.all_reduce(t, group=copy)
+    check(torch.equal(t, torch.full((5,), 2.0 * n)), "allreduce on the copy")
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    check(torch.equal(t, torch.full((3,), float(n))), "the default after a DEFAULT shrink")
+    # A voluntary leaver: the copy's rank 0 does not call; the others shrink without it.
+    if dist.get_rank(copy) != 0:
+        sub = papccl.torch.shrink(copy, exclude=[0], abort=False)
+        check(dist.get_rank(sub) == me - 1 and dist.get_world_size(sub) == n - 1,
+              "the leaver's group: rank %d of %d" % (dist.get_rank(sub), dist.get_world_size(sub)))
+        t = torch.full((7,), float(me))
+        dist.all_reduce(t, group=sub)
+        check(torch.equal(t, torch.full((7,), float(sum(range(1, n))))), "allreduce without the leaver")
+        stats = papccl.torch.pap_stats(sub)
+        check(stats["total"]["nranks"] == n - 1, "pap_stats of the shrunk group")
+        dist.destroy_process_group(sub)
+    expect_error(lambda: papccl.torch.shrink(copy, exclude=[me]), ["papccl", "shrink", "exclusion"],
+                 "a rank that excludes itself")
+    expect_error(lambda: papccl.torch.shrink(copy, exclude=[n]), ["papccl", "shrink", "not in"],
+                 "an excluded rank out of range")
+    dist.destroy_process_group(copy)
+
+
 if __name__ == "__main__":
-    # usage: test_failure.py hung|dead (one job each: a job's group cannot be remade with a
+    # usage: test_failure.py hung|dead|shrink (one job each: a job's group cannot be remade with a
     # rank that is still hung in the old one within torch's store timeouts).
     init(timeout=datetime.timedelta(seconds=TIMEOUT_S))
-    run([{"hung": test_hung_rank, "dead": test_dead_rank}[sys.argv[1]]])
+    run([{"hung": test_hung_rank, "dead": test_dead_rank, "shrink": test_shrink}[sys.argv[1]]])

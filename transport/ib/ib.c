@@ -26,8 +26,10 @@
  * Threads: a mutex guards the verbs objects and queues (the comm's progress lock holder and
  * a thread in wait() may both poll); wake() only touches the bell and an eventfd. Peer
  * liveness: a fatal QP event or an error completion marks the peer dead; while someone
- * waits on a peer, peerAlive sends it a notify at most once a second, so a dead peer shows
- * up as a retry-exceeded completion. Finalize waits (bounded) for data still in flight. */
+ * waits, peerAlive (the awaited peer) and deadPeer (every peer) send a notify at most once a
+ * second per peer, so a dead peer shows up as a retry-exceeded completion; depart tells each
+ * peer that this rank leaves in good order, so its end is not taken for a death. Finalize
+ * waits (bounded) for data still in flight. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -618,6 +620,44 @@ static int ibPeerAlive(void* state, int peer) {
   return alive;
 }
 
+/* Any peer gone without having departed: every wait's health check asks, so a survivor
+ * that waits on another survivor learns it too. Each live peer gets a probe at most once a
+ * second (a notify: to a peer whose process is gone it ends in a retry-exceeded completion). */
+static int ibDeadPeer(void* state) {
+  struct ibState* st = (struct ibState*)state;
+  if (st == NULL) return -1;
+  int dead = -1;
+  pthread_mutex_lock(&st->lock);
+  papIbDrainAsync(st);
+  papIbPollCq(st);
+  uint64_t now = papNowNs();
+  for (int p = 0; p < st->nranks && dead < 0; p++) {
+    struct papConn* c = st->conns[p];
+    if (c == NULL || atomic_load_explicit(&c->departed, memory_order_acquire)) continue;
+    if (c->dead) {
+      dead = p;
+    } else if (c->state == PAP_IB_QP_RTS && now - c->lastProbeNs >= 1000000000ull) {
+      c->lastProbeNs = now;
+      papIbSendNotify(c);
+    }
+  }
+  pthread_mutex_unlock(&st->lock);
+  return dead;
+}
+
+/* papcclCommDestroy of a healthy comm: every connected peer learns that this rank leaves. */
+static void ibDepart(void* state) {
+  struct ibState* st = (struct ibState*)state;
+  if (st == NULL) return;
+  pthread_mutex_lock(&st->lock);
+  for (int p = 0; p < st->nranks; p++) {
+    struct papConn* c = st->conns[p];
+    if (c != NULL && !c->dead && c->state == PAP_IB_QP_RTS) papIbSendDepart(c);
+  }
+  papIbPollCq(st);
+  pthread_mutex_unlock(&st->lock);
+}
+
 static uint32_t ibWaitToken(void* state) {
   struct ibState* st = (struct ibState*)state;
   return atomic_load_explicit(&st->bell, memory_order_acquire);
@@ -754,6 +794,8 @@ const struct papTransportOps papTransportIb = {
     .test = ibTest,
     .progress = ibProgress,
     .peerAlive = ibPeerAlive,
+    .deadPeer = ibDeadPeer,
+    .depart = ibDepart,
     .waitToken = ibWaitToken,
     .wait = ibWait,
     .wake = ibWake,

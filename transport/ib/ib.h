@@ -16,7 +16,7 @@
 #include "papccl.h"
 #include "transport.h"
 
-#define IB_NCTRL 4 /* spare receive buffers per QP: CTS, credit, notify, one extra */
+#define IB_NCTRL 4 /* spare receive buffers per QP: CTS, credit, notify, depart */
 #define IB_MAX_WRITES 4 /* RDMA write pieces in flight per QP */
 #define IB_SQ_EXTRA (IB_NCTRL + 1 + IB_MAX_WRITES) /* control sends, the atomic, writes */
 #define IB_HDR ((uint32_t)sizeof(struct papIbEagerHdr))
@@ -81,6 +81,8 @@ struct papConn {
   struct ibv_qp* qp;
   int state; /* enum papIbQpState */
   _Atomic int dead;
+  _Atomic int departed; /* the peer said it leaves in good order (PAP_IB_MSG_DEPART) */
+  int departSent;
   papcclResult_t err; /* why it died */
   char* buf; /* owned: [nrecv] receive slots, [nbufs] send slots, the CTS slot */
   struct ibv_mr* mr;
@@ -167,6 +169,8 @@ void papIbConnPump(struct papConn* c);
 int papIbConnFail(struct papConn* c, papcclResult_t err);
 void papIbPostRecv(struct papConn* c, uint32_t slot);
 void papIbSendNotify(struct papConn* c);
+/* Tells the peer this rank leaves the comm in good order (its end is no death). */
+void papIbSendDepart(struct papConn* c);
 /* Back to the free list (its registration released). */
 void papIbReqRecycle(struct papReq* r);
 /* One sequentially consistent operation on word idx of rank 0's board, through conns[0]. */

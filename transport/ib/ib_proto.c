@@ -174,6 +174,11 @@ void papIbSendNotify(struct papConn* c) {
   }
 }
 
+void papIbSendDepart(struct papConn* c) {
+  if (c->departSent || c->dead) return;
+  if (sendMsg(c, PAP_IB_MSG_DEPART, NULL, 0, NULL, 0) == papcclSuccess) c->departSent = 1;
+}
+
 /* The head of the send queue posts what it can now: eager chunks while credits and slots
  * last, the RTS, or RDMA write pieces once the CTS is in. */
 static void pumpSend(struct papConn* c) {
@@ -382,6 +387,8 @@ static void handleRecv(struct papConn* c, const struct ibv_wc* wc, uint32_t slot
       r->state = S_EAGER; /* chunks only: the RTS was the header */
       r->firstSent = 1;
     }
+  } else if (kind == PAP_IB_MSG_DEPART) {
+    atomic_store_explicit(&c->departed, 1, memory_order_release);
   } else if (kind != PAP_IB_MSG_CREDIT && kind != PAP_IB_MSG_NOTIFY) {
     protocolError(c, "an unknown message kind");
     return;

@@ -44,7 +44,8 @@ enum papIbMsg {
   PAP_IB_MSG_WRITE_DONE = 4, /* RDMA write with immediate: the large message has landed */
   PAP_IB_MSG_CTS = 5, /* papIbCts: where to write (or eager chunks) */
   PAP_IB_MSG_CREDIT = 6, /* returns credits only */
-  PAP_IB_MSG_NOTIFY = 7 /* rings the receiver's doorbell */
+  PAP_IB_MSG_NOTIFY = 7, /* rings the receiver's doorbell */
+  PAP_IB_MSG_DEPART = 8 /* the sender leaves the comm in good order (once per connection) */
 };
 struct papIbEagerHdr {
   uint64_t tag;

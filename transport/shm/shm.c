@@ -2,14 +2,12 @@
 /* Shared-memory transport: per-rank POSIX segment with inbound FIFOs, board line, staging. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -22,7 +20,7 @@
 #include "transport.h"
 
 #define SHM_MAGIC 0x70617073686d3031ull /* "papshm01" */
-#define SHM_VERSION 2
+#define SHM_VERSION 3
 #define SHM_REQS_PER_CONN 1024
 
 /* Segment layout (each rank owns one; peers map it):
@@ -40,8 +38,9 @@ struct shmHeader {
   uint64_t totalBytes;
   int32_t ownerRank;
   _Atomic uint32_t mapped; /* peers that mapped this segment; the last one unlinks it */
-  _Atomic uint32_t departed; /* the owner left in good order (shmDepart) */
-  char pad[64 - 48];
+  _Atomic uint32_t departed; /* the owner left in good order (shmDepart) or ended its comm */
+  _Atomic uint32_t lifeLock; /* the owner holds its life lock (see shmPeerAlive) */
+  char pad[64 - 52];
 };
 
 /* One cache line per rank: the doorbell its sleepers wait on. */
@@ -133,30 +132,104 @@ struct shmState {
   struct shmSeg self;
   char name[96];
   int unlinked;
-  int* pids;
-  int* pidfds; /* per local peer process: a pidfd (readable once it exits), or -1 */
-  pid_t mypid;
+  /* Liveness (shmPeerAlive): selfFd holds the life lock on this rank's segment; peerFds[p]
+   * is an open description of peer p's segment, to ask whether its lock is still held. */
+  int selfFd;
+  int* peerFds;
+  struct shmState* lifeNext; /* in lifeList: the locks a forked child must let go of */
+  struct shmState* lifePrev;
   struct papConn** conns; /* [nranks] */
   const volatile int* abortFlag;
 };
 
-/* A pidfd for a peer's process, opened while the peer is known to be alive (at init, after
- * the bootstrap), so that a later pid reuse cannot fool it; -1 without pidfd support. */
-static int openPidfd(int pid) {
-#ifdef SYS_pidfd_open
-  return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0); /* close-on-exec by definition */
-#else
-  (void)pid;
-  return -1;
-#endif
+/* Liveness that cannot be fooled. Each rank holds an open-file-description (OFD) write lock
+ * on the first byte of its own segment for as long as its comm lives. The kernel lets go of
+ * the lock when the last descriptor of that description closes, which happens when the
+ * process dies, whatever the signal, before it becomes a zombie. No pid is involved, so a peer
+ * in another PID namespace (a container of the same host) is judged as well as one in ours,
+ * and a recycled pid cannot pass for the dead rank. A peer asks with F_OFD_GETLK on its own
+ * descriptor of the segment: no conflicting lock means the owner is gone.
+ *
+ * A child forked by a rank (a data-loader worker) would inherit the descriptor and keep the
+ * lock alive after the rank died: every lock is in lifeList, and a fork handler closes them
+ * in the child (exec closes them through close-on-exec, which shm_open sets). The lock is
+ * taken on a description that nothing maps, since a mapping, which the child inherits too,
+ * keeps its description open. */
+static pthread_mutex_t lifeMutex = PTHREAD_MUTEX_INITIALIZER;
+static struct shmState* lifeList;
+static pthread_once_t lifeOnce = PTHREAD_ONCE_INIT;
+
+static void lifeForkPrepare(void) {
+  pthread_mutex_lock(&lifeMutex);
 }
 
-static void closePidfds(struct shmState* st) {
-  if (st->pidfds == NULL) return;
+static void lifeForkParent(void) {
+  pthread_mutex_unlock(&lifeMutex);
+}
+
+static void lifeForkChild(void) {
+  for (struct shmState* st = lifeList; st != NULL; st = st->lifeNext) {
+    if (st->selfFd >= 0) close(st->selfFd);
+    st->selfFd = -1;
+  }
+  pthread_mutex_unlock(&lifeMutex);
+}
+
+static void lifeInstall(void) {
+  pthread_atfork(lifeForkPrepare, lifeForkParent, lifeForkChild);
+}
+
+static int lifeLockOp(int fd, int cmd, struct flock* fl, short type) {
+  memset(fl, 0, sizeof(*fl));
+  fl->l_type = type;
+  fl->l_whence = SEEK_SET;
+  fl->l_start = 0;
+  fl->l_len = 1;
+  return fcntl(fd, cmd, fl);
+}
+
+/* Takes the life lock on fd (this rank's new segment) and keeps fd in st; 0 when held. */
+static int lifeHold(struct shmState* st, int fd) {
+  struct flock fl;
+  pthread_once(&lifeOnce, lifeInstall);
+  if (lifeLockOp(fd, F_OFD_SETLK, &fl, F_WRLCK) != 0) {
+    PAP_WARN(
+        "shm: cannot lock segment %s (F_OFD_SETLK: %s): peers will see this rank's death "
+        "only at PAPCCL_TIMEOUT_S",
+        st->name, strerror(errno));
+    return -1;
+  }
+  pthread_mutex_lock(&lifeMutex);
+  st->selfFd = fd;
+  st->lifePrev = NULL;
+  st->lifeNext = lifeList;
+  if (lifeList != NULL) lifeList->lifePrev = st;
+  lifeList = st;
+  pthread_mutex_unlock(&lifeMutex);
+  return 0;
+}
+
+/* Lets go of the life lock (the comm ends: its header says so first). */
+static void lifeRelease(struct shmState* st) {
+  pthread_mutex_lock(&lifeMutex);
+  if (st->selfFd >= 0) {
+    if (st->lifePrev != NULL)
+      st->lifePrev->lifeNext = st->lifeNext;
+    else
+      lifeList = st->lifeNext;
+    if (st->lifeNext != NULL) st->lifeNext->lifePrev = st->lifePrev;
+    close(st->selfFd);
+    st->selfFd = -1;
+  }
+  pthread_mutex_unlock(&lifeMutex);
+}
+
+static void closePeerFds(struct shmState* st) {
+  if (st->peerFds == NULL) return;
   for (int r = 0; r < st->nranks; r++)
-    if (st->pidfds[r] >= 0) close(st->pidfds[r]);
-  free(st->pidfds);
-  st->pidfds = NULL;
+    if (st->peerFds[r] >= 0) close(st->peerFds[r]);
+  free(st->peerFds);
+  st->peerFds = NULL;
 }
 
 static size_t alignUp(size_t v, size_t a) {
@@ -214,7 +287,7 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   st->boardWords = ctx->boardWords;
   st->flatBytes = ctx->flatBytes;
   st->abortFlag = ctx->abortFlag;
-  st->mypid = getpid();
+  st->selfFd = -1;
   memcpy(st->key, ctx->key, 16);
   for (int r = 0; r < ctx->nranks; r++)
     if (ctx->hostIds[r] == ctx->hostIds[ctx->rank]) st->nlocal++;
@@ -237,15 +310,9 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   st->nslots = (uint32_t)nslots;
   st->stagingSize = (size_t)staging;
   PAP_CHECK_GOTO(papCalloc(&st->conns, (size_t)ctx->nranks), res, out_free);
-  PAP_CHECK_GOTO(papCalloc(&st->pids, (size_t)ctx->nranks), res, out_free);
-  memcpy(st->pids, ctx->pids, sizeof(int) * (size_t)ctx->nranks);
-  PAP_CHECK_GOTO(papCalloc(&st->pidfds, (size_t)ctx->nranks), res, out_free);
-  for (int r = 0; r < ctx->nranks; r++) {
-    st->pidfds[r] = -1;
-    if (ctx->hostIds[r] == ctx->hostIds[ctx->rank] && st->pids[r] > 0 &&
-        st->pids[r] != (int)st->mypid)
-      st->pidfds[r] = openPidfd(st->pids[r]); /* -1 where the kernel has none: kill() then */
-  }
+  PAP_CHECK_GOTO(papCalloc(&st->peerFds, (size_t)ctx->nranks), res, out_free);
+  for (int r = 0; r < ctx->nranks; r++)
+    st->peerFds[r] = -1;
 
   segName(st->name, sizeof(st->name), st->key, st->rank);
   size_t bytes = segBytes(st);
@@ -269,6 +336,11 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   }
   close(fd);
   fd = -1;
+  /* The life lock goes on a description of its own: the mapping holds a reference to the
+   * description it was made from, which a forked child inherits with it. */
+  int lockFd = shm_open(st->name, O_RDWR, 0600);
+  int locked = lockFd >= 0 && lifeHold(st, lockFd) == 0; /* keeps lockFd for the comm's life */
+  if (lockFd >= 0 && !locked) close(lockFd);
   st->self.base = base;
   st->self.bytes = bytes;
   segLayout(&st->self, st);
@@ -281,6 +353,8 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   h->totalBytes = bytes;
   h->ownerRank = st->rank;
   atomic_store_explicit(&h->mapped, 0, memory_order_relaxed);
+  atomic_store_explicit(&h->departed, 0, memory_order_relaxed);
+  atomic_store_explicit(&h->lifeLock, (uint32_t)locked, memory_order_relaxed);
   /* Release partner: the acquire load of magic in shmConnect. */
   __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
   if (st->nlocal == 1) {
@@ -296,8 +370,8 @@ out_unlink:
   if (fd >= 0) close(fd);
   shm_unlink(st->name);
 out_free:
-  closePidfds(st);
-  free(st->pids);
+  lifeRelease(st);
+  closePeerFds(st);
   free(st->conns);
   free(st);
   return res;
@@ -365,9 +439,9 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
     goto out_free;
   }
   void* base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
   if (base == MAP_FAILED) {
     PAP_WARN("mmap of peer %d segment failed: %s", peer, strerror(errno));
+    close(fd);
     res = papcclSystemError;
     goto out_free;
   }
@@ -377,9 +451,12 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
   struct shmHeader* h = c->peerSeg.hdr;
   if (papShmCheckHeader(h, st->nranks, peer) != 0) {
     PAP_WARN("peer %d segment %s is not a papccl segment of this communicator", peer, c->name);
+    close(fd);
     res = papcclInternalError;
     goto out_unmap;
   }
+  if (st->peerFds[peer] >= 0) close(st->peerFds[peer]);
+  st->peerFds[peer] = fd; /* asks after the peer's life lock (shmPeerAlive) */
   /* The last local peer to map a segment unlinks it: nothing is left in /dev/shm even if a
    * rank crashes later. */
   uint32_t n = atomic_fetch_add_explicit(&h->mapped, 1, memory_order_acq_rel) + 1;
@@ -622,31 +699,30 @@ static papcclResult_t shmProgress(void* state) {
   return papcclSuccess;
 }
 
+/* A peer whose segment is mapped is alive while its life lock is held or while it has left in
+ * good order; its lock let go without that means its process is gone (see lifeHold). */
 static int shmPeerAlive(void* state, int peer) {
   struct shmState* st = (struct shmState*)state;
-  if (peer < 0 || peer >= st->nranks || st->pids[peer] <= 0) return 1;
-  if (st->pids[peer] == (int)st->mypid) return 1; /* ranks as threads: nothing to check */
-  if (st->pidfds != NULL && st->pidfds[peer] >= 0) {
-    /* A pidfd polls readable once its process has exited, reaped or not: kill(pid, 0)
-     * succeeds on a zombie, so a dead rank whose parent has not reaped it looked alive. */
-    struct pollfd pfd = {.fd = st->pidfds[peer], .events = POLLIN, .revents = 0};
-    return !(poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLIN | POLLHUP)));
-  }
-  return !(kill(st->pids[peer], 0) != 0 && errno == ESRCH);
+  if (peer < 0 || peer >= st->nranks || peer == st->rank) return 1;
+  struct papConn* c = st->conns[peer];
+  if (c == NULL || c->peerSeg.hdr == NULL || st->peerFds[peer] < 0) return 1;
+  struct shmHeader* h = c->peerSeg.hdr;
+  if (!atomic_load_explicit(&h->lifeLock, memory_order_relaxed)) return 1; /* nothing to ask */
+  if (atomic_load_explicit(&h->departed, memory_order_acquire)) return 1;
+  struct flock fl;
+  if (lifeLockOp(st->peerFds[peer], F_OFD_GETLK, &fl, F_RDLCK) != 0) return 1;
+  if (fl.l_type != F_UNLCK) return 1;
+  /* The lock goes at the end of a comm too, after departed is set: read it again. */
+  return atomic_load_explicit(&h->departed, memory_order_acquire) != 0;
 }
 
-/* A local peer in another process that exited without shmDepart: every survivor sees it at
- * its next health check, also one that waits on another peer (that peer may wait on the dead
- * one, or fail and leave). */
+/* A local peer in another process that exited without leaving the comm: every survivor sees
+ * it at its next health check, also one that waits on another peer (that peer may wait on
+ * the dead one, or fail and leave). */
 static int shmDeadPeer(void* state) {
   struct shmState* st = (struct shmState*)state;
-  for (int p = 0; p < st->nranks; p++) {
-    struct papConn* c = st->conns[p];
-    if (p == st->rank || c == NULL || c->peerSeg.hdr == NULL) continue;
-    if (shmPeerAlive(state, p)) continue;
-    if (atomic_load_explicit(&c->peerSeg.hdr->departed, memory_order_acquire)) continue;
-    return p;
-  }
+  for (int p = 0; p < st->nranks; p++)
+    if (p != st->rank && !shmPeerAlive(state, p)) return p;
   return -1;
 }
 
@@ -760,6 +836,8 @@ static void shmClose(struct papConn* c) {
   if (c == NULL) return;
   /* The peer's segment name is not ours to unlink: its owner or its last mapper does. */
   c->st->conns[c->peer] = NULL;
+  if (c->st->peerFds != NULL && c->st->peerFds[c->peer] >= 0) close(c->st->peerFds[c->peer]);
+  if (c->st->peerFds != NULL) c->st->peerFds[c->peer] = -1;
   munmap(c->peerSeg.base, c->peerSeg.bytes);
   free(c);
 }
@@ -770,9 +848,11 @@ static void shmFinalize(void* state) {
   for (int p = 0; p < st->nranks; p++)
     shmClose(st->conns[p]);
   if (!st->unlinked) shm_unlink(st->name);
+  /* The comm ends (destroy or abort): peers must not take the released lock for a death. */
+  atomic_store_explicit(&st->self.hdr->departed, 1, memory_order_release);
+  lifeRelease(st);
   munmap(st->self.base, st->self.bytes);
-  closePidfds(st);
-  free(st->pids);
+  closePeerFds(st);
   free(st->conns);
   free(st);
 }

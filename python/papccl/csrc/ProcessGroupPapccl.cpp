@@ -300,6 +300,16 @@ ProcessGroupPapccl::ProcessGroupPapccl(const std::string& uniqueId, int rank, in
   papcclResult_t r = papcclCommInitRank(&comm_, size, id, rank);
   TORCH_CHECK(r == papcclSuccess, "papccl: creating rank ", rank, " of a group of ", size,
               " failed: ", papcclGetErrorString(r), ": ", papcclGetLastError(nullptr));
+  start();
+}
+
+ProcessGroupPapccl::ProcessGroupPapccl(papcclComm_t comm, int rank, int size,
+                                       std::chrono::milliseconds timeout)
+    : PAPCCL_TORCH_BASE(rank, size), comm_(comm), timeout_(timeout) {
+  start();
+}
+
+void ProcessGroupPapccl::start() {
   worker_ = std::thread(&ProcessGroupPapccl::workerLoop, this);
   watchdog_ = std::thread(&ProcessGroupPapccl::watchdogLoop, this);
 }
@@ -447,7 +457,7 @@ void ProcessGroupPapccl::workerLoop() {
           // Under mu_: the communicator cannot be aborted (freed) while we read it.
           what += std::string(": ") + papcclGetLastError(comm_);
         }
-        if (!aborted_ && res != papcclInvalidArgument) {
+        if (!aborted_ && res != papcclInvalidArgument && brokenWhy_.empty()) {
           brokenWhy_ = std::string(failedOp) + " failed: " + what;
         }
       }
@@ -475,6 +485,10 @@ void ProcessGroupPapccl::watchdogLoop() {
     auto deadline = deadline_;
     if (watchCv_.wait_until(lock, deadline) != std::cv_status::timeout) continue;
     if (!running_ || aborted_ || deadline_ != deadline) continue;
+    if (shrinking_) {  // the shrink ends the running call (ABORT) or waits for it: look again
+      deadline_ = Clock::now() + std::chrono::milliseconds(50);
+      continue;
+    }
     // The running batch outlived its timeout: abort the communicator (the call returns an
     // error in the worker), as NCCL's process group does.
     // What the rank waited for (the ranks that have not arrived, the peers its plan waits
@@ -491,11 +505,59 @@ void ProcessGroupPapccl::watchdogLoop() {
 }
 
 void ProcessGroupPapccl::abortComm(const std::string& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  watchCv_.wait(lock, [&] { return !shrinking_; });
   if (aborted_) return;
   brokenWhy_ = "aborted: " + why;
   aborted_ = true;
   papcclCommAbort(comm_);
+}
+
+c10::intrusive_ptr<ProcessGroupPapccl> ProcessGroupPapccl::shrink(const std::vector<int>& exclude,
+                                                                  bool abort) {
+  for (int r : exclude) {
+    if (r < 0 || r >= size_)
+      fail("shrink",
+           "excluded rank " + std::to_string(r) + " is not in [0, " + std::to_string(size_) + ")");
+    if (r == rank_)
+      fail("shrink", "this rank is in the exclusion list (excluded ranks do not call shrink)");
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (aborted_) fail("shrink", "the group's communicator was aborted: " + brokenWhy_);
+    if (shrinking_) fail("shrink", "another shrink of this group is running");
+    if (coalescing_) fail("shrink", "called while coalescing");
+    if (abort) {
+      // Nothing queued runs on this communicator any more; the running call ends when the
+      // shrink revokes the communicator.
+      brokenWhy_ = "the group was shrunk with abort: use the new group" +
+                   (brokenWhy_.empty() ? std::string() : "; before that: " + brokenWhy_);
+    } else {
+      // A healthy group: its queued work goes first (every rank issues the same calls).
+      watchCv_.wait(lock, [&] { return (queue_.empty() && !running_) || aborted_; });
+      if (aborted_) fail("shrink", "the group's communicator was aborted: " + brokenWhy_);
+    }
+    shrinking_ = true;
+  }
+  papcclComm_t child = nullptr;
+  papcclResult_t r =
+      papcclCommShrink(comm_, const_cast<int*>(exclude.data()), (int)exclude.size(), &child,
+                       nullptr, abort ? PAPCCL_SHRINK_ABORT : PAPCCL_SHRINK_DEFAULT);
+  std::string why;
+  int crank = -1, csize = -1;
+  if (r == papcclSuccess) {
+    papcclCommUserRank(child, &crank);
+    papcclCommCount(child, &csize);
+  } else {
+    why = std::string(papcclGetErrorString(r)) + ": " + papcclGetLastError(comm_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shrinking_ = false;
+  }
+  watchCv_.notify_all();
+  if (r != papcclSuccess) fail("shrink", why);
+  return c10::make_intrusive<ProcessGroupPapccl>(child, crank, csize, timeout_);
 }
 
 void ProcessGroupPapccl::recordArrival(const char* name) {

@@ -87,6 +87,8 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
   // uniqueId: papcclUniqueId's bytes, made by rank 0 and shared through the c10d store.
   ProcessGroupPapccl(const std::string& uniqueId, int rank, int size,
                      std::chrono::milliseconds timeout);
+  // Adopts comm (a shrunk communicator) as rank `rank` of `size`.
+  ProcessGroupPapccl(papcclComm_t comm, int rank, int size, std::chrono::milliseconds timeout);
   ~ProcessGroupPapccl() override;
 
   const std::string getBackendName() const override {
@@ -139,6 +141,11 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
   }
   // Aborts the communicator now: queued and running operations fail, later ones too.
   void abortComm(const std::string& why);
+  // papcclCommShrink: a new group of the ranks not in `exclude` (group ranks), in their
+  // order, without a store. abort: the ABORT flavour (after a failure: this group's running
+  // and queued operations end with an error and it takes no more); else DEFAULT (this group
+  // finishes its queued work first and stays usable).
+  c10::intrusive_ptr<ProcessGroupPapccl> shrink(const std::vector<int>& exclude, bool abort);
 
  private:
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
@@ -146,6 +153,7 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
                                          std::function<void(papcclComm_t)> issue,
                                          std::function<void()> finish, bool collective,
                                          std::chrono::milliseconds timeout);
+  void start();
   void workerLoop();
   void watchdogLoop();
   void recordArrival(const char* name);
@@ -165,6 +173,7 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
   std::chrono::milliseconds runningTimeout_{0};
   std::string runningName_;
   bool aborted_ = false;  // comm_ was aborted (freed): nothing may touch it again
+  bool shrinking_ = false;  // a shrink uses comm_ outside mu_: the watchdog must not free it
   std::string brokenWhy_;  // non-empty: every later op fails with this
   // Coalescing (batch_isend_irecv): ops collect here until endCoalescing.
   bool coalescing_ = false;

@@ -100,5 +100,7 @@ PYBIND11_MODULE(_papccl_torch, m) {
           },
           py::arg("last"))
       .def("_abort", &ProcessGroupPapccl::abortComm, py::arg("why"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("_shrink", &ProcessGroupPapccl::shrink, py::arg("exclude"), py::arg("abort"),
            py::call_guard<py::gil_scoped_release>());
 }
