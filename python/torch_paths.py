@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Prints what the build needs of this interpreter's torch: the C++11 ABI flag (0/1), the
 library folder, the include folders separated by ';', and where under PREFIX (argument 1)
-this interpreter finds packages (the install folder, relative to PREFIX). Exits 1 (with a
+this interpreter finds packages (the install folder, relative to PREFIX), whether this torch
+was built with CUDA (0/1), and whether it extends c10d through c10d::Backend (torch 2.x: 0/1).
+Exits 1 (with a
 reason on stderr) when torch's C++ headers are missing."""
 import os
 import sys
@@ -35,3 +37,6 @@ def site_dir(prefix):
 
 
 print(site_dir(sys.argv[1] if len(sys.argv) > 1 else sys.prefix))
+print(1 if torch.version.cuda else 0)
+# torch 1.13 has a c10d::Backend header too, but its process groups extend ProcessGroup.
+print(1 if int(torch.__version__.split(".")[0]) >= 2 else 0)

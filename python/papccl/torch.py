@@ -15,6 +15,7 @@ so a re-initialised group never reads an old id.
 """
 import collections
 import datetime
+import inspect
 import math
 import os
 import threading
@@ -69,7 +70,11 @@ def _create(opts, pg_options=None):
 def _register():
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return
-    dist.Backend.register_backend(BACKEND, _create, extended_api=True)
+    kw = {}
+    # torch 2.x registers a backend per device type; 1.13's process group takes every device.
+    if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+        kw["devices"] = ["cpu", "cuda"] if _C.cuda else ["cpu"]
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, **kw)
 
 
 _register()
@@ -77,6 +82,11 @@ _register()
 
 def _papccl_group(group):
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ProcessGroupPapccl) and hasattr(pg, "_get_backend"):
+        try:  # torch 2.x: the process group holds the backend per device
+            pg = pg._get_backend(torch.device("cpu"))
+        except RuntimeError:
+            pass
     if not isinstance(pg, ProcessGroupPapccl):
         raise TypeError("papccl: %r is not a papccl process group (backend %s)"
                         % (pg, dist.get_backend(pg)))

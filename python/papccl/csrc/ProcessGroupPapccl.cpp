@@ -14,6 +14,13 @@
 
 #include <torch/csrc/distributed/c10d/Utils.hpp>
 
+#if defined(PAPCCL_TORCH_CUDA)
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace papccl_torch {
 namespace {
 
@@ -27,6 +34,13 @@ struct CallError : std::runtime_error {
 
 void call(papcclResult_t r, const char* what) {
   if (r != papcclSuccess) throw CallError(r, what);
+}
+
+// The stream of the op the worker runs now: papccl's stream-ordered device path takes it for
+// CUDA tensors; NULL (host buffers) otherwise. Set by the worker around each batch.
+thread_local papcclStream_t tlsStream = nullptr;
+papcclStream_t opStream() {
+  return tlsStream;
 }
 
 const char* dtypeName(at::ScalarType t) {
@@ -81,8 +95,14 @@ void checkTensor(const char* op, const at::Tensor& t, const char* what = "tensor
               " is sparse; papccl supports dense tensors only");
   TORCH_CHECK(!t.is_complex(), "papccl ", op, ": ", what, " has complex dtype ",
               dtypeName(t.scalar_type()), "; papccl supports no complex type (use view_as_real)");
+#if defined(PAPCCL_TORCH_CUDA)
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "papccl ", op, ": ", what, " is on ",
+              t.device().str(), "; papccl takes CPU and CUDA tensors");
+#else
   TORCH_CHECK(t.device().is_cpu(), "papccl ", op, ": ", what, " is on ", t.device().str(),
-              "; this build of the papccl backend takes CPU tensors only");
+              "; this build of the papccl backend takes CPU tensors only (CUDA tensors need "
+              "a build with PAPCCL_TORCH_CUDA against a CUDA torch)");
+#endif
   papcclDataType_t d;
   TORCH_CHECK(papcclType(t.scalar_type(), &d), "papccl ", op, ": ", what, " has dtype ",
               dtypeName(t.scalar_type()),
@@ -99,6 +119,8 @@ void checkSame(const char* op, const at::Tensor& ref, const at::Tensor& t, const
   checkTensor(op, t, what);
   TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "papccl ", op, ": ", what, " has dtype ",
               dtypeName(t.scalar_type()), ", the input ", dtypeName(ref.scalar_type()));
+  TORCH_CHECK(t.device() == ref.device(), "papccl ", op, ": ", what, " is on ", t.device().str(),
+              ", the input on ", ref.device().str(), " (one device per operation)");
 }
 
 // A contiguous buffer for a tensor: the tensor itself when it is contiguous, else a copy.
@@ -216,7 +238,7 @@ void withOp(const Reduction& red, const at::Tensor& like, papcclComm_t comm, F&&
 // through one flat buffer, and the bitwise reductions gather before they fold.
 std::function<void(papcclComm_t)> allGatherInto(const at::Tensor& in, const at::Tensor& out) {
   return [in, out](papcclComm_t c) {
-    call(papcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in), c, nullptr),
+    call(papcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in), c, opStream()),
          "papcclAllGather");
   };
 }
@@ -237,9 +259,9 @@ void exchange(papcclComm_t c, int me, const std::vector<at::Tensor>& ins,
   for (int p = 0; p < (int)ins.size() && res == papcclSuccess; p++) {
     if (p == me) continue;
     if (ins[p].numel())
-      res = papcclSend(ins[p].data_ptr(), ins[p].numel(), dtypeOf(ins[p]), p, c, nullptr);
+      res = papcclSend(ins[p].data_ptr(), ins[p].numel(), dtypeOf(ins[p]), p, c, opStream());
     if (res == papcclSuccess && outs[p].numel())
-      res = papcclRecv(outs[p].data_ptr(), outs[p].numel(), dtypeOf(outs[p]), p, c, nullptr);
+      res = papcclRecv(outs[p].data_ptr(), outs[p].numel(), dtypeOf(outs[p]), p, c, opStream());
   }
   papcclResult_t end = papcclGroupEnd();
   call(res, "papcclSend/papcclRecv");
@@ -251,13 +273,12 @@ void exchange(papcclComm_t c, int me, const std::vector<at::Tensor>& ins,
 // ---- Work -----------------------------------------------------------------------------------
 
 WorkPapccl::WorkPapccl(int rank, c10d::OpType type, const char* name,
-                       std::vector<at::Tensor> outputs)
+                       std::vector<at::Tensor> outputs, std::vector<c10::Device> devices)
     : c10d::Work(rank, type),
       name_(name),
       outputs_(std::move(outputs)),
-      future_(
-          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
-}
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()), std::move(devices))) {}
 
 std::vector<at::Tensor> WorkPapccl::result() {
   return outputs_;
@@ -352,16 +373,49 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::enqueue(c10d::OpType type, co
                                                            std::function<void()> finish,
                                                            bool collective,
                                                            std::chrono::milliseconds timeout) {
-  auto work = c10::make_intrusive<WorkPapccl>(rank_, type, name, std::move(outputs));
+  c10::Device device(c10::kCPU);
+  for (const auto& t : outputs)
+    if (t.defined() && !t.device().is_cpu()) device = t.device();
+  for (const auto& t : outputs)
+    TORCH_CHECK(!t.defined() || t.device() == device, "papccl ", name,
+                ": tensors on several devices (", t.device().str(), " and ", device.str(), ")");
+  std::vector<c10::Device> devices;
+  if (!device.is_cpu()) devices.push_back(device);
+  auto work = c10::make_intrusive<WorkPapccl>(rank_, type, name, outputs, std::move(devices));
   Op op{work, std::move(issue), std::move(finish), collective};
   {
     std::lock_guard<std::mutex> lock(mu_);
+    Batch b;
+    b.device = device;
+#if defined(PAPCCL_TORCH_CUDA)
+    if (device.is_cuda()) {
+      // The group's stream waits for what the caller queued on its current stream (the
+      // inputs, the staged copies); the caching allocator keeps the outputs for it.
+      auto it = streams_.find(device.index());
+      if (it == streams_.end())
+        it = streams_.emplace(device.index(), c10::cuda::getStreamFromPool(false, device.index()))
+                 .first;
+      at::cuda::CUDAEvent ready;
+      ready.record(c10::cuda::getCurrentCUDAStream(device.index()));
+      ready.block(it->second);
+      for (const auto& t : outputs)
+        if (t.defined() && t.numel())
+          c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), it->second);
+      b.stream = it->second;
+    }
+#endif
     if (coalescing_) {
+      TORCH_CHECK(coalesced_.ops.empty() || coalesced_.device == device, "papccl ", name,
+                  ": a coalesced batch must stay on one device (", coalesced_.device.str(), " and ",
+                  device.str(), ")");
+      coalesced_.device = device;
+#if defined(PAPCCL_TORCH_CUDA)
+      coalesced_.stream = b.stream;
+#endif
       coalesced_.ops.push_back(std::move(op));
       coalesced_.timeout = std::max(coalesced_.timeout, timeout);
       return work;
     }
-    Batch b;
     b.ops.push_back(std::move(op));
     b.timeout = timeout;
     queue_.push_back(std::move(b));
@@ -416,6 +470,12 @@ void ProcessGroupPapccl::workerLoop() {
     if (!broken.empty()) {
       what = "the group is unusable after an earlier failure: " + broken;
     } else {
+#if defined(PAPCCL_TORCH_CUDA)
+      // The op's papccl calls, copies and folds go on the group's stream of its device.
+      c10::optional<c10::cuda::CUDAStreamGuard> guard;
+      if (batch.stream) guard.emplace(*batch.stream);
+      tlsStream = batch.stream ? (papcclStream_t)batch.stream->stream() : nullptr;
+#endif
       try {
         if (batch.ops.size() == 1) {
           batch.ops[0].issue(comm_);
@@ -439,6 +499,15 @@ void ProcessGroupPapccl::workerLoop() {
           failedOp = op.work->name();
           if (op.finish) op.finish();
         }
+#if defined(PAPCCL_TORCH_CUDA)
+        if (batch.stream) {
+          // The Work completes when the data is there: wait for the stream (the watchdog
+          // still bounds a stuck operation: papccl's device path fails it on abort).
+          at::cuda::CUDAEvent done;
+          done.record(*batch.stream);
+          done.synchronize();
+        }
+#endif
         if (batch.ops.size() == 1 && batch.ops[0].collective) recordArrival(failedOp);
       } catch (const CallError& e) {
         res = e.res;
@@ -447,6 +516,9 @@ void ProcessGroupPapccl::workerLoop() {
         error = std::current_exception();
       }
     }
+#if defined(PAPCCL_TORCH_CUDA)
+    tlsStream = nullptr;
+#endif
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = false;
@@ -617,7 +689,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::broadcast(std::vector<at::Ten
       c10d::OpType::BROADCAST, "broadcast", tensors,
       [=](papcclComm_t c) {
         call(papcclBroadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(), dtypeOf(buf), root, c,
-                             nullptr),
+                             opStream()),
              "papcclBroadcast");
       },
       [=] { copyBack(t, buf); }, true, opTimeout(opts.timeout));
@@ -640,7 +712,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce(std::vector<at::Ten
       [=](papcclComm_t c) {
         withOp(red, buf, c, [&](papcclRedOp_t op) {
           call(papcclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dtypeOf(buf), op, c,
-                               nullptr),
+                               opStream()),
                "papcclAllReduce");
         });
       },
@@ -683,7 +755,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce_coalesced(
       [=](papcclComm_t c) {
         withOp(red, buf, c, [&](papcclRedOp_t op) {
           call(papcclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dtypeOf(buf), op, c,
-                               nullptr),
+                               opStream()),
                "papcclAllReduce");
         });
       },
@@ -715,7 +787,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::reduce(std::vector<at::Tensor
       [=](papcclComm_t c) {
         withOp(red, buf, c, [&](papcclRedOp_t op) {
           call(papcclReduce(buf.data_ptr(), out.data_ptr(), buf.numel(), dtypeOf(buf), op, root, c,
-                            nullptr),
+                            opStream()),
                "papcclReduce");
         });
       },
@@ -786,7 +858,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::gather(
   return enqueue(
       c10d::OpType::GATHER, "gather", outs,
       [=](papcclComm_t c) {
-        call(papcclGather(in.data_ptr(), flat.data_ptr(), n, dtypeOf(in), root, c, nullptr),
+        call(papcclGather(in.data_ptr(), flat.data_ptr(), n, dtypeOf(in), root, c, opStream()),
              "papcclGather");
       },
       [=] { copyRows(flat, outs, n); }, true, opTimeout(opts.timeout));
@@ -821,7 +893,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::scatter(
   return enqueue(
       c10d::OpType::SCATTER, "scatter", outputs,
       [=](papcclComm_t c) {
-        call(papcclScatter(flat.data_ptr(), out.data_ptr(), n, dtypeOf(out), root, c, nullptr),
+        call(papcclScatter(flat.data_ptr(), out.data_ptr(), n, dtypeOf(out), root, c, opStream()),
              "papcclScatter");
       },
       [=] { copyBack(user, out); }, true, opTimeout(opts.timeout));
@@ -866,7 +938,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::_reduce_scatter_base(
       c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {output},
       [=](papcclComm_t c) {
         withOp(red, in, c, [&](papcclRedOp_t op) {
-          call(papcclReduceScatter(in.data_ptr(), out.data_ptr(), cnt, dtypeOf(in), op, c, nullptr),
+          call(papcclReduceScatter(in.data_ptr(), out.data_ptr(), cnt, dtypeOf(in), op, c,
+                                   opStream()),
                "papcclReduceScatter");
         });
       },
@@ -888,7 +961,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall_base(
     return enqueue(
         c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output},
         [=](papcclComm_t c) {
-          call(papcclAlltoAll(in.data_ptr(), out.data_ptr(), cnt, dtypeOf(in), c, nullptr),
+          call(papcclAlltoAll(in.data_ptr(), out.data_ptr(), cnt, dtypeOf(in), c, opStream()),
                "papcclAlltoAll");
         },
         [=] { copyBack(user, out); }, true, opTimeout(opts.timeout));
@@ -954,7 +1027,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::send(std::vector<at::Tensor>&
   return enqueue(
       c10d::OpType::SEND, "send", tensors,
       [=](papcclComm_t c) {
-        call(papcclSend(buf.data_ptr(), buf.numel(), dtypeOf(buf), dst, c, nullptr), "papcclSend");
+        call(papcclSend(buf.data_ptr(), buf.numel(), dtypeOf(buf), dst, c, opStream()),
+             "papcclSend");
       },
       nullptr, false, timeout_);
 }
@@ -969,7 +1043,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::recv(std::vector<at::Tensor>&
   return enqueue(
       c10d::OpType::RECV, "recv", tensors,
       [=](papcclComm_t c) {
-        call(papcclRecv(buf.data_ptr(), buf.numel(), dtypeOf(buf), src, c, nullptr), "papcclRecv");
+        call(papcclRecv(buf.data_ptr(), buf.numel(), dtypeOf(buf), src, c, opStream()),
+             "papcclRecv");
       },
       [=] { copyBack(t, buf); }, false, timeout_);
 }

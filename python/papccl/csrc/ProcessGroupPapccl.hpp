@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -30,6 +31,12 @@
 #define PAPCCL_TORCH_BASE c10d::ProcessGroup
 #endif
 #include <torch/csrc/distributed/c10d/Types.hpp>
+// CUDA tensors (PAPCCL_TORCH_CUDA, against a CUDA build of torch): each op runs on papccl's
+// stream-ordered device path on a stream of the group's own, which waits for the caller's
+// current stream; the Work completes once that stream has finished the op.
+#if defined(PAPCCL_TORCH_CUDA)
+#include <c10/cuda/CUDAStream.h>
+#endif
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace papccl_torch {
@@ -38,7 +45,8 @@ namespace papccl_torch {
 // chain on it) and the tensors that hold its result.
 class WorkPapccl : public c10d::Work {
  public:
-  WorkPapccl(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs);
+  WorkPapccl(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+             std::vector<c10::Device> devices = {});
   std::vector<at::Tensor> result() override;
   bool wait(std::chrono::milliseconds timeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -68,6 +76,10 @@ struct Op {
 struct Batch {
   std::vector<Op> ops;
   std::chrono::milliseconds timeout{0};
+  c10::Device device{c10::kCPU};  // every op of a batch is on one device
+#if defined(PAPCCL_TORCH_CUDA)
+  c10::optional<c10::cuda::CUDAStream> stream;  // the group's stream on `device` (CUDA)
+#endif
 };
 
 // One collective's arrival pattern as this rank saw it (papcclPapStats' "last" fields).
@@ -174,6 +186,9 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
   std::string runningName_;
   bool aborted_ = false;  // comm_ was aborted (freed): nothing may touch it again
   bool shrinking_ = false;  // a shrink uses comm_ outside mu_: the watchdog must not free it
+#if defined(PAPCCL_TORCH_CUDA)
+  std::unordered_map<c10::DeviceIndex, c10::cuda::CUDAStream> streams_;  // per device, under mu_
+#endif
   std::string brokenWhy_;  // non-empty: every later op fails with this
   // Coalescing (batch_isend_irecv): ops collect here until endCoalescing.
   bool coalescing_ = false;

@@ -60,6 +60,11 @@ PYBIND11_MODULE(_papccl_torch, m) {
                 ": ", papcclGetLastError(nullptr));
     return py::bytes(id.internal, sizeof(id.internal));
   });
+#if defined(PAPCCL_TORCH_CUDA)
+  m.attr("cuda") = true;  // this build takes CUDA tensors
+#else
+  m.attr("cuda") = false;
+#endif
   m.def("version", [] {
     int v = 0;
     papcclGetVersion(&v);
