@@ -431,18 +431,36 @@ void ProcessGroupPapccl::startCoalescing() {
   coalesced_ = Batch();
 }
 
-void ProcessGroupPapccl::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) {
-  (void)reqs;  // the works of the batch were handed out as their ops were called
+c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::queueCoalesced() {
+  c10::intrusive_ptr<c10d::Work> last;
   {
     std::lock_guard<std::mutex> lock(mu_);
     TORCH_CHECK(coalescing_, "papccl: endCoalescing without startCoalescing");
     coalescing_ = false;
-    if (coalesced_.ops.empty()) return;
+    if (coalesced_.ops.empty()) return last;
+    last = coalesced_.ops.back().work;
     queue_.push_back(std::move(coalesced_));
     coalesced_ = Batch();
   }
   workCv_.notify_one();
+  return last;
 }
+
+#if defined(PAPCCL_TORCH_BACKEND_API)
+c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::endCoalescing() {
+  auto last = queueCoalesced();
+  if (last) return last;
+  auto none = c10::make_intrusive<WorkPapccl>(rank_, c10d::OpType::UNKNOWN, "coalesced",
+                                              std::vector<at::Tensor>());
+  none->complete(nullptr);
+  return none;
+}
+#else
+void ProcessGroupPapccl::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) {
+  (void)reqs;  // the works of the batch were handed out as their ops were called
+  queueCoalesced();
+}
+#endif
 
 void ProcessGroupPapccl::workerLoop() {
   for (;;) {

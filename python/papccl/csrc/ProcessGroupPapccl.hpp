@@ -143,7 +143,12 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   void startCoalescing() override;
+#if defined(PAPCCL_TORCH_BACKEND_API)
+  // torch 2.x: one Work for the batch (its ops complete together: the last one's).
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+#else
   void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) override;
+#endif
 
   // PAP telemetry: the cumulative statistics and the last `last` arrival records.
   papcclPapStats papStats();
@@ -166,6 +171,8 @@ class ProcessGroupPapccl : public PAPCCL_TORCH_BASE {
                                          std::function<void()> finish, bool collective,
                                          std::chrono::milliseconds timeout);
   void start();
+  // Queues the coalesced batch; returns its last op's Work (null when it was empty).
+  c10::intrusive_ptr<c10d::Work> queueCoalesced();
   void workerLoop();
   void watchdogLoop();
   void recordArrival(const char* name);
