@@ -349,9 +349,9 @@ TEST_F(Shrink, PeerInAnotherPidNamespaceIsNotJudgedByPid) {
 }
 
 // Killed there, it is seen as fast as a peer of our namespace (before the life lock, such a
-// peer had no liveness signal at all: the survivor waited out PAPCCL_TIMEOUT_S). Rank 1 is
-// pid 2 of a new namespace (its pid 1 cannot be killed from inside; it reaps rank 1 and
-// reports how it ended).
+// peer had no liveness signal at all: the survivor waited out PAPCCL_TIMEOUT_S). Rank 1 is a
+// child of pid 1 of a new namespace (pid 1 cannot be killed from inside; it reaps rank 1 and
+// reports how it ended). Its pid is not always 2: a sanitizer's thread in pid 1 takes one.
 TEST_F(Shrink, PeerKilledInAnotherPidNamespaceIsSeen) {
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", std::to_string(kKillTimeoutS));
   Options opt;
@@ -394,22 +394,22 @@ TEST_F(Shrink, PeerKilledInAnotherPidNamespaceIsSeen) {
         pid_t init = fork();  // pid 1 of the new namespace
         ASSERT_GE(init, 0);
         if (init == 0) {
-          pid_t rank1 = fork();  // pid 2: the rank, which can be killed
+          pid_t rank1 = fork();  // the rank, which can be killed
           if (rank1 == 0) {
             victim();
             _exit(3);
           }
           int status = 0;
           if (rank1 < 0 || waitpid(rank1, &status, 0) != rank1) _exit(4);
-          _exit(getpid() == 1 && rank1 == 2 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
+          _exit(getpid() == 1 && rank1 > 1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
                     ? 0
                     : 5);
         }
         int status = 0;
         ASSERT_EQ(init, waitpid(init, &status, 0));
         EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-            << "rank 1 was not pid 2 of a new namespace killed by SIGKILL (status " << status
-            << ")";
+            << "rank 1 was not a child of pid 1 of a new namespace killed by SIGKILL (status "
+            << status << ")";
       },
       opt);
   ExpectAllSucceeded(out, "a peer killed in another PID namespace");

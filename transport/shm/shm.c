@@ -172,6 +172,9 @@ static void lifeForkChild(void) {
     if (st->selfFd >= 0) close(st->selfFd);
     st->selfFd = -1;
   }
+  /* The child holds no lock: its list starts empty (a comm it ends later, selfFd -1, is not
+   * in it, so it never leaves a freed state behind in the list). */
+  lifeList = NULL;
   pthread_mutex_unlock(&lifeMutex);
 }
 
