@@ -87,7 +87,8 @@ struct papTransportOps {
   /* Called once every local rank has connected (after a bootstrap barrier). */
   papcclResult_t (*ready)(void* state);
   /* Post a message; *reqOut == NULL means no resources now: retry later. Messages on one
-   * conn match in posting order; tag is checked (a mismatch is an internal error). */
+   * conn match in posting order; tag is checked (a mismatch is an internal error).
+   * papcclRemoteError without a WARN (isend): the peer is gone (peerAlive says 0 now). */
   papcclResult_t (*isend)(struct papConn* conn, const void* buf, size_t bytes, int memType,
                           uint64_t tag, struct papReq** reqOut);
   papcclResult_t (*irecv)(struct papConn* conn, void* buf, size_t bytes, int memType, uint64_t tag,
@@ -129,7 +130,8 @@ struct papTransportOps {
    * request, one at a time, and writes at most cap bytes of reply (returns their count);
    * push runs at a rank for each message the home sent it with homePush. homeCall sends a
    * request to the home and waits for its reply (bounded by the timeout and abort; on rank 0
-   * it calls serve directly); homeSend sends one that needs no reply; homePush may only be
+   * it calls serve directly; papcclRemoteError without a WARN when the home is unreachable:
+   * the caller logs why); homeSend sends one that needs no reply; homePush may only be
    * called from inside serve. Every push and reply rings the receiver's doorbell. Requests
    * and pushes reach the handlers 8-byte aligned. */
   papcclResult_t (*homeAttach)(void* state, papHomeServeFn serve, papHomePushFn push, void* arg);
@@ -137,6 +139,9 @@ struct papTransportOps {
                              size_t* replyLen);
   papcclResult_t (*homeSend)(void* state, const void* req, size_t len);
   void (*homePush)(void* state, int peer, const void* msg, size_t len);
+  /* Optional: waits (bounded) until every message the home sent so far has left this
+   * process (called by the home before it fails on a mismatch it told every rank of). */
+  void (*homeFlush)(void* state);
   /* Optional: rank r's flat area (ctx->flatBytes, 64-byte aligned), written only by r and
    * read in place by every rank of the host; NULL where peers cannot map each other's
    * memory. Its layout is the arrival layer's business (flat collectives). */
@@ -145,6 +150,10 @@ struct papTransportOps {
   void (*notify)(void* state, int peer);
   /* Optional: rings every other rank's doorbell, as notify on each, with one fence. */
   void (*notifyAll)(void* state);
+  /* Optional: the engine gave up a plan (an error) with receives still posted; from the
+   * engine's thread. They must not write into the caller's buffers once the call returns:
+   * cancel them (a receive already under way finishes first, bounded). */
+  void (*abandon)(void* state);
   void (*close)(struct papConn* conn);
   void (*finalize)(void* state);
 };

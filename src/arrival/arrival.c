@@ -82,12 +82,17 @@ enum {
   HM_ARRIVE = 1,
   HM_COMMIT,
   HM_READ,
-  HM_RELEASE
+  HM_RELEASE,
+  HM_CALL /* a collective's call, for the mismatch check (no reply) */
 };
 struct hmReq {
   uint32_t kind, slot, gen;
   int32_t rank;
   uint64_t a, b; /* ARRIVE: stamp, hmArriveFlags; COMMIT: expected word, new word */
+  /* ARRIVE, with PAPCCL_CHECK_MISMATCH: 1 + the collective (0: no call), its signature and
+   * root (section 11). CALL: a = how many calls (c, sig, root) follow the request. */
+  uint64_t c, sig;
+  int64_t root;
 };
 /* ARRIVE's and COMMIT's reply, then ranks at positions 0.. (ARRIVE: before ours; COMMIT: the
  * early ranks). READ's reply is the slot's words. */
@@ -107,13 +112,23 @@ enum {
   HP_WORD = 1,
   HP_NEXT,
   HP_COMMIT,
-  HP_FULL
+  HP_FULL,
+  HP_MISMATCH
 };
 struct hmPush {
   uint32_t kind, slot, gen;
-  int32_t pos, rank; /* HP_NEXT: the arrival after the receiver's */
-  uint64_t word;
-  uint64_t data[]; /* HP_COMMIT: early ranks; HP_FULL: the slot */
+  int32_t pos, rank; /* HP_NEXT: the arrival after the receiver's; HP_MISMATCH: ranks a, b */
+  uint64_t word; /* HP_MISMATCH: the collective */
+  uint64_t data[]; /* HP_COMMIT: early ranks; HP_FULL: the slot; HP_MISMATCH: a's signature
+                    * and root, b's signature and root */
+};
+
+/* The home's record of one collective's first call (section 11): c = 1 + the collective
+ * (0: none), who made it, and whether a different call was found (and pushed) already. */
+#define PAP_CALL_RING 256
+struct papCallRec {
+  uint64_t c, sig;
+  int32_t root, rank, marked;
 };
 
 /* What an arrival does with a slot word w, for both boards. */
@@ -386,6 +401,7 @@ static papcclResult_t verifyArrivals(struct papComm* comm, const struct papOpDes
 void papArrivalFlightAdd(struct papComm* comm, const struct papOpDesc* op, int flat) {
   struct papArrivalState* ps = comm->arrival;
   uint64_t c = op->call.cseq;
+  if (c + 1 > ps->madeHi) ps->madeHi = c + 1;
   if (ps->flightHi <= ps->flightLo) {
     ps->flightLo = c;
     ps->flightHi = c + 1;
@@ -421,9 +437,31 @@ static papcclResult_t boardOpCheck(struct papComm* comm, uint64_t c, int board) 
   return papcclInvalidUsage;
 }
 
+/* A message board: the home's notice, when it names a collective this rank has made (in
+ * flight or done; a later one fails when this rank makes it). WARN once. */
+static papcclResult_t noticeCheck(struct papComm* comm) {
+  struct papArrivalState* ps = comm->arrival;
+  /* A rank that waits tells the home its calls (a mismatched peer may wait for us). */
+  PAP_CHECK(papArrivalFlushCalls(comm));
+  if (!atomic_load_explicit(&ps->noticeAny, memory_order_acquire)) return papcclSuccess;
+  pthread_mutex_lock(&ps->mailLock);
+  uint64_t c = ps->notice.cseq, sa = ps->notice.sigA, sb = ps->notice.sigB;
+  int a = ps->notice.a, b = ps->notice.b, ra = ps->notice.rootA, rb = ps->notice.rootB;
+  pthread_mutex_unlock(&ps->mailLock);
+  if (c >= ps->madeHi) return papcclSuccess;
+  if (!ps->noticeTold) {
+    papArrivalMismatchWarn(c, a, sa, ra, b, sb, rb);
+    /* The home: its notice must reach the others before this rank may be gone. */
+    if (comm->rank == 0 && comm->tops->homeFlush) comm->tops->homeFlush(comm->tstate);
+  }
+  ps->noticeTold = 1;
+  return papcclInvalidUsage;
+}
+
 papcclResult_t papArrivalCheckMismatch(struct papComm* comm) {
   struct papArrivalState* ps = comm->arrival;
   if (ps == NULL || !ps->checkMismatch) return papcclSuccess;
+  if (ps->msg) return noticeCheck(comm); /* no shared words, no flat lines */
   int n = comm->nranks, board = sharedBoard(comm);
   /* Collectives that completed here before every rank had arrived. */
   if (ps->pendAny) {
@@ -520,6 +558,26 @@ static void homeCommitPush(struct papComm* comm, int slot, uint32_t gen, uint64_
     if (rk != by) homePushTo(comm, rk, HP_COMMIT, slot, gen, 0, 0, word, ranks, nE);
 }
 
+/* The mismatch check at the home (section 11): rank `from` made call q of collective q->c - 1.
+ * The first call of a collective is kept; a later one that differs is pushed to every rank
+ * (rank 0 included) with the first, once per collective. A call of a collective older than
+ * the one its record holds now (a rank PAP_CALL_RING collectives behind another) is not
+ * compared. */
+static void homeCheckCall(struct papComm* comm, int from, uint64_t c, uint64_t sig, int32_t root) {
+  struct papArrivalState* ps = comm->arrival;
+  if (c == 0 || ps->calls == NULL) return;
+  struct papCallRec* e = &ps->calls[(c - 1) % PAP_CALL_RING];
+  if (e->c < c) {
+    *e = (struct papCallRec){c, sig, root, from, 0};
+    return;
+  }
+  if (e->c != c || e->marked || (e->sig == sig && e->root == root)) return;
+  e->marked = 1;
+  uint64_t data[4] = {e->sig, (uint64_t)(uint32_t)e->root, sig, (uint64_t)(uint32_t)root};
+  for (int p = 0; p < comm->nranks; p++)
+    homePushTo(comm, p, HP_MISMATCH, 0, 0, e->rank, from, c - 1, data, 4);
+}
+
 static size_t homeArrive(struct papComm* comm, int from, const struct hmReq* q, struct hmReply* r) {
   int n = comm->nranks, slot = (int)q->slot;
   uint64_t* B = comm->arrival->home;
@@ -578,7 +636,15 @@ static size_t homeServe(void* arg, int from, const void* req, size_t len, void* 
   struct hmReply* r = (struct hmReply*)reply;
   switch (q.kind) {
   case HM_ARRIVE:
+    homeCheckCall(comm, from, q.c, q.sig, (int32_t)q.root);
     return homeArrive(comm, from, &q, r);
+  case HM_CALL: { /* q.a calls of (c, sig, root) after the header */
+    const uint64_t* v = (const uint64_t*)((const char*)req + sizeof(q));
+    if (q.a > (len - sizeof(q)) / (3 * sizeof(uint64_t))) return 0;
+    for (uint64_t i = 0; i < q.a; i++)
+      homeCheckCall(comm, from, v[3 * i], v[3 * i + 1], (int32_t)v[3 * i + 2]);
+    return 0;
+  }
   case HM_COMMIT: {
     uint64_t* wp = &B[IDX_WORD(n, slot)];
     r->status = *wp == q.a;
@@ -628,6 +694,22 @@ static void homePushed(void* arg, const void* msg, size_t len) {
   const struct hmPush* p = (const struct hmPush*)msg;
   if (ps == NULL || len < sizeof(*p) || p->slot >= PAP_BOARD_SLOTS) return;
   size_t words = (len - sizeof(*p)) / sizeof(uint64_t);
+  if (p->kind == HP_MISMATCH) { /* kept for the calling thread's checks: the first one */
+    if (words < 4) return;
+    pthread_mutex_lock(&ps->mailLock);
+    if (!atomic_load_explicit(&ps->noticeAny, memory_order_relaxed) || p->word < ps->notice.cseq) {
+      ps->notice.cseq = p->word;
+      ps->notice.a = p->pos;
+      ps->notice.b = p->rank;
+      ps->notice.sigA = p->data[0];
+      ps->notice.rootA = (int)(uint32_t)p->data[1];
+      ps->notice.sigB = p->data[2];
+      ps->notice.rootB = (int)(uint32_t)p->data[3];
+      atomic_store_explicit(&ps->noticeAny, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&ps->mailLock);
+    return;
+  }
   pthread_mutex_lock(&ps->mailLock);
   struct papMail* m = mailFor(ps, (int)p->slot, p->gen);
   if (m != NULL) {
@@ -671,11 +753,16 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
   for (int r = 0; r < n; r++)
     ps->ident[r] = r;
   pthread_mutex_init(&ps->mailLock, NULL);
+  ps->checkMismatch = papParamCheckMismatch() != 0;
   ps->msg = comm->tops->homeCall != NULL && n <= 0xffff &&
             sizeof(struct hmReply) + SLOT_WORDS(n) * sizeof(uint64_t) <= PAP_HOME_MAX_BYTES;
   if (ps->msg) {
     int bad = papCalloc(&ps->reply, PAP_HOME_MAX_BYTES / sizeof(uint64_t)) != papcclSuccess;
     if (comm->rank == 0 && !bad) bad = papCalloc(&ps->home, papBoardWords(n)) != papcclSuccess;
+    if (comm->rank == 0 && ps->checkMismatch && !bad)
+      bad = papCalloc(&ps->calls, PAP_CALL_RING) != papcclSuccess;
+    if (ps->checkMismatch && !bad)
+      bad = papCalloc(&ps->callBuf, 3 * PAP_CALL_BATCH) != papcclSuccess;
     for (int s = 0; s < PAP_BOARD_SLOTS && !bad; s++)
       bad = papCalloc(&ps->mail[s].owners, (size_t)n) != papcclSuccess ||
             papCalloc(&ps->mail[s].before, (size_t)n) != papcclSuccess ||
@@ -686,7 +773,6 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
       return papcclSystemError;
     }
   }
-  ps->checkMismatch = papParamCheckMismatch() != 0;
   ps->st.nranks = n;
   ps->st.lastLateRank = -1;
   ps->st.habitualLateRank = -1;
@@ -708,6 +794,8 @@ void papArrivalFree(struct papComm* comm) {
     free(ps->mail[s].full);
   }
   free(ps->home);
+  free(ps->calls);
+  free(ps->callBuf);
   free(ps->reply);
   pthread_mutex_destroy(&ps->mailLock);
   free(ps->owners);
@@ -724,6 +812,29 @@ void papArrivalFree(struct papComm* comm) {
   comm->arrival = NULL;
 }
 
+papcclResult_t papArrivalFlushCalls(struct papComm* comm) {
+  struct papArrivalState* ps = comm->arrival;
+  if (ps == NULL || !ps->msg || ps->callN == 0) return papcclSuccess;
+  uint64_t buf[sizeof(struct hmReq) / sizeof(uint64_t) + 3 * PAP_CALL_BATCH];
+  struct hmReq q = {HM_CALL, 0, 0, comm->rank, (uint64_t)ps->callN, 0, 0, 0, 0};
+  memcpy(buf, &q, sizeof(q));
+  memcpy((char*)buf + sizeof(q), ps->callBuf, 3 * sizeof(uint64_t) * (size_t)ps->callN);
+  size_t len = sizeof(q) + 3 * sizeof(uint64_t) * (size_t)ps->callN;
+  ps->callN = 0;
+  return comm->tops->homeSend(comm->tstate, buf, len);
+}
+
+/* A request to the home and its reply. An unreachable home is logged here, unless a mismatch
+ * the home found explains it (a peer that failed on it and left, rank 0 itself). */
+static papcclResult_t homeCall(struct papComm* comm, const struct hmReq* q, size_t* len) {
+  papcclResult_t res = comm->tops->homeCall(comm->tstate, q, sizeof(*q), comm->arrival->reply,
+                                            PAP_HOME_MAX_BYTES, len);
+  if (res != papcclRemoteError) return res;
+  if (papArrivalCheckMismatch(comm) == papcclInvalidUsage) return papcclInvalidUsage;
+  PAP_WARN("rank 0, which holds the arrival board, is unreachable from rank %d", comm->rank);
+  return res;
+}
+
 /* papArrive on a message board: one request; the home does what papArrive's loop does on a
  * shared board and answers with our position and the ranks before us. */
 static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op, int decided) {
@@ -732,6 +843,11 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
   int n = comm->nranks;
   struct hmReq q = {HM_ARRIVE,  (uint32_t)a->slot, a->gen,
                     comm->rank, a->tArr,           decided ? HM_DECIDED : 0};
+  if (ps->checkMismatch) { /* the call rides with the arrival (section 11) */
+    q.c = op->call.cseq + 1;
+    q.sig = papArrivalSignature(&op->call);
+    q.root = op->call.root;
+  }
   if (decided && papSelectForcedAlgo() != PAP_ALGO_CHAIN) {
     struct papSelChoice ch = papSelect(comm, op);
     if (!ch.wait && ch.algo > PAP_ALGO_AUTO && ch.algo < PAP_ALGO_COUNT)
@@ -760,7 +876,7 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
   int slotWaiting = 0;
   for (;;) {
     size_t len = 0;
-    PAP_CHECK(comm->tops->homeCall(comm->tstate, &q, sizeof(q), r, PAP_HOME_MAX_BYTES, &len));
+    PAP_CHECK(homeCall(comm, &q, &len));
     if (len < sizeof(*r) || r->pos < 0 || r->pos >= n ||
         len < sizeof(*r) + (size_t)r->pos * sizeof(uint64_t)) {
       PAP_WARN("collective #%llu: rank 0 refused the arrival of rank %d (see its log)",
@@ -782,6 +898,8 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
     uint32_t tok = comm->tops->waitToken(comm->tstate);
     uint64_t now = papNowNs();
     PAP_CHECK(papWaitCheck(&slotWait, now));
+    /* The peer may be stuck in a mismatched collective, or have failed it. */
+    if (papWaitHealthDue(&slotWait, now)) PAP_CHECK(papArrivalCheckMismatch(comm));
     comm->tops->wait(comm->tstate, tok, papWaitSlice(&slotWait, now, 1000000));
   }
   a->used = 1;
@@ -826,10 +944,22 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   a->gen = genOf(op->call.cseq);
   a->released = 0;
   a->tPlan = 0;
-  /* On a message board, a plan every rank chooses alone needs nothing from it: over a
-   * network its statistics are not read back either (papArrivalComplete). */
-  if (ps->msg && !decided) return papcclSuccess;
-  if (ps->msg) return arriveByMessage(comm, op, decided);
+  if (ps->msg) {
+    /* A mismatch the home found already, in this collective or one before. */
+    if (atomic_load_explicit(&ps->noticeAny, memory_order_relaxed))
+      PAP_CHECK(papArrivalCheckMismatch(comm));
+    if (decided) return arriveByMessage(comm, op, decided);
+    /* A plan every rank chooses alone needs nothing from the board: over a network its
+     * statistics are not read back either (papArrivalComplete). Only the call goes to the
+     * home, one way, for the mismatch check (section 11); rank 0 compares its own in place. */
+    if (!ps->checkMismatch) return papcclSuccess;
+    uint64_t* v = &ps->callBuf[3 * ps->callN++];
+    v[0] = op->call.cseq + 1;
+    v[1] = papArrivalSignature(&op->call);
+    v[2] = (uint64_t)(uint32_t)op->call.root;
+    if (comm->rank == 0 || ps->callN == PAP_CALL_BATCH) return papArrivalFlushCalls(comm);
+    return papcclSuccess;
+  }
   size_t wi = IDX_WORD(n, a->slot);
   uint64_t w = 0, nw = 0;
   struct papWait slotWait;
@@ -946,15 +1076,20 @@ static papcclResult_t rankAt(struct papComm* comm, const struct papArrival* a, i
 /* The wait's checks, and the peers' health every 100 ms. */
 static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64_t now) {
   PAP_CHECK(papWaitCheck(w, now));
+  /* A message board's mismatch notice (its push rang the doorbell): at once. */
+  if (comm->arrival->msg && atomic_load_explicit(&comm->arrival->noticeAny, memory_order_relaxed))
+    PAP_CHECK(papArrivalCheckMismatch(comm));
   if (!papWaitHealthDue(w, now)) return papcclSuccess;
   papDiagUpdate(comm, w, NULL);
+  /* A mismatch first: a peer that failed on it may be gone by now (as checkPeers). */
+  PAP_CHECK(papArrivalCheckMismatch(comm));
   PAP_CHECK(papCommCheckDeadPeer(comm));
   for (int r = 0; r < comm->nranks; r++) {
     if (r == comm->rank || comm->tops->peerAlive(comm->tstate, r)) continue;
     PAP_WARN("rank %d (%s) exited while %s", r, papCommPidText(comm, r).s, w->what);
     return papcclRemoteError;
   }
-  return papArrivalCheckMismatch(comm);
+  return papcclSuccess;
 }
 
 /* The slot's word: loaded from a shared board, or what the mail of a message board holds. */
@@ -979,7 +1114,7 @@ static papcclResult_t commitCas(struct papComm* comm, const struct papArrival* a
   struct hmReq q = {HM_COMMIT, (uint32_t)a->slot, a->gen, comm->rank, expect, desired};
   struct hmReply* r = (struct hmReply*)ps->reply;
   size_t len = 0;
-  PAP_CHECK(comm->tops->homeCall(comm->tstate, &q, sizeof(q), r, PAP_HOME_MAX_BYTES, &len));
+  PAP_CHECK(homeCall(comm, &q, &len));
   uint32_t nE = PAP_W_COMMIT(r->word) ? PAP_W_NE(r->word) : 0;
   if (len < sizeof(*r) || len < sizeof(*r) + nE * sizeof(uint64_t) || nE > (uint32_t)n) {
     PAP_WARN("collective #%llu: rank 0 refused the commit (see its log)",
@@ -1265,9 +1400,7 @@ static int readArrivals(struct papComm* comm, const struct papArrival* a) {
     if (!have) {
       struct hmReq q = {HM_READ, (uint32_t)a->slot, a->gen, comm->rank, 0, 0};
       size_t len = 0;
-      if (comm->tops->homeCall(comm->tstate, &q, sizeof(q), ps->reply, PAP_HOME_MAX_BYTES, &len) !=
-              papcclSuccess ||
-          len != SLOT_WORDS(n) * sizeof(uint64_t))
+      if (homeCall(comm, &q, &len) != papcclSuccess || len != SLOT_WORDS(n) * sizeof(uint64_t))
         return 0;
       memcpy(buf, ps->reply, len);
     }
@@ -1340,7 +1473,11 @@ static void report(struct papComm* comm) {
 papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   struct papArrival* a = &op->arr;
   struct papArrivalState* ps = comm->arrival;
-  if ((!a->used && !a->flat) || ps == NULL) return papcclSuccess;
+  if (ps == NULL) return papcclSuccess;
+  /* A message board's home found this collective, or one before it, mismatched. */
+  if (ps->msg && atomic_load_explicit(&ps->noticeAny, memory_order_relaxed))
+    PAP_CHECK(papArrivalCheckMismatch(comm));
+  if (!a->used && !a->flat) return papcclSuccess;
   int n = comm->nranks;
   uint64_t tDone = papNowNs();
   papcclPapStats* st = &ps->st;

@@ -5,6 +5,7 @@
 #define PAPCCL_PAP_PAP_H_
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -119,6 +120,21 @@ struct papArrivalState {
   int pendAny;
   uint64_t mySig[PAP_BOARD_SLOTS]; /* this rank's last call in each slot, and its root */
   int myRoot[PAP_BOARD_SLOTS];
+  uint64_t madeHi; /* 1 + the last collective this rank has made (started) */
+  /* On a message board: at the home (rank 0), the first call of each of the last
+   * PAP_CALL_RING collectives and who made it; at every rank, the first mismatch the home
+   * found and pushed (under mailLock; noticeAny is set once it is there, from any thread),
+   * and whether this rank has failed on it already (its WARN is made once). */
+  struct papCallRec* calls;
+  uint64_t callHash; /* every call so far on this comm, hashed (its message tags) */
+  uint64_t* callBuf; /* calls not sent to the home yet: PAP_CALL_BATCH of (c, sig, root) */
+  int callN;
+  _Atomic int noticeAny;
+  int noticeTold;
+  struct {
+    uint64_t cseq, sigA, sigB;
+    int a, b, rootA, rootB;
+  } notice;
   /* Predicted waits: ns from this rank's arrival to the last one, an EMA per context (the
    * op's signature and the two collectives before it, hashed), as training repeats the
    * same sequence every step (papArrivalPredict). */
@@ -174,6 +190,16 @@ void papArrivalFlightEnd(struct papComm* comm);
  * flat by a peer where this rank runs it on the board, or the other way round: WARN and
  * papcclInvalidUsage. Never on the fast path. */
 papcclResult_t papArrivalCheckMismatch(struct papComm* comm);
+/* Whether the start of a call must run papArrivalCheckMismatch: a check left pending, or a
+ * mismatch notice from a message board's home. One flag and one relaxed load. */
+static inline int papArrivalChecksDue(struct papArrivalState* ps) {
+  return ps->pendAny || atomic_load_explicit(&ps->noticeAny, memory_order_relaxed);
+}
+/* A message board: sends the calls this rank has not sent to the home yet (every
+ * PAP_CALL_BATCH calls, from the waits' health checks, and after a batch that received
+ * nothing). */
+#define PAP_CALL_BATCH 32
+papcclResult_t papArrivalFlushCalls(struct papComm* comm);
 /* The WARN of a mismatch between rank a's call and rank b's in collective cseq. */
 void papArrivalMismatchWarn(uint64_t cseq, int a, uint64_t sigA, int rootA, int b, uint64_t sigB,
                             int rootB);

@@ -139,7 +139,8 @@ int papStepSend(struct papEngine* e, int peer, const void* src, size_t bytes, in
   s->peer = peer;
   s->src = (const char*)src;
   s->bytes = bytes;
-  s->tag = (e->curSeq << 32) | e->sendN[peer]++;
+  uint32_t k = e->sendN[peer]++;
+  s->tag = (e->curSeq << 32) | (e->callTag ? e->callTag | (k & 0xffffu) : k);
   s->prevQ = e->lastSend[peer];
   e->lastSend[peer] = idx;
   return idx;
@@ -155,7 +156,8 @@ static int planRecvCommon(struct papEngine* e, int kind, int peer, void* dst, co
   s->dst = (char*)dst;
   s->src = (const char*)src;
   s->bytes = bytes;
-  s->tag = (e->curSeq << 32) | e->recvN[peer]++;
+  uint32_t k = e->recvN[peer]++;
+  s->tag = (e->curSeq << 32) | (e->callTag ? e->callTag | (k & 0xffffu) : k);
   s->dtype = (uint8_t)dtype;
   s->red = (uint8_t)red;
   s->prevQ = e->lastRecv[peer];
@@ -345,7 +347,18 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
   size_t esz;
   switch (s->kind) {
   case PAP_STEP_SEND:
-    PAP_CHECK(e->tops->isend(e->conns[s->peer], s->src, s->bytes, PAP_MEM_HOST, s->tag, &s->req));
+    /* With call tags (a message board's mismatch check), nothing is sent to a peer known to
+     * be gone: the step waits, and the health check says why (a mismatch the peer failed
+     * on, else its exit) instead of the transport's refusal. */
+    if (e->callTags && !e->tops->peerAlive(e->tstate, s->peer)) break;
+    papcclResult_t res =
+        e->tops->isend(e->conns[s->peer], s->src, s->bytes, PAP_MEM_HOST, s->tag, &s->req);
+    if (res == papcclRemoteError && !e->tops->peerAlive(e->tstate, s->peer)) {
+      s->req = NULL;
+      if (e->callTags) break; /* as above */
+      PAP_WARN("a send to peer %d failed: it is gone", s->peer);
+    }
+    PAP_CHECK(res);
     if (s->req) s->state = PAP_STEP_POSTED;
     break;
   case PAP_STEP_RECV: {

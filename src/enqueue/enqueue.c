@@ -93,12 +93,26 @@ static int isSelfP2p(const struct papOpDesc* op) {
 static papcclResult_t buildPlan(struct papComm* comm, struct papOpDesc* ops, int nops) {
   struct papEngine* e = &comm->engine;
   papPlanReset(e);
+  /* Over a message board the calls are compared at rank 0, after the data may have left:
+   * the call in the tags keeps mismatched messages apart until the verdict comes. */
+  e->callTags = comm->arrival->msg && comm->arrival->checkMismatch;
   for (int pass = 0; pass < 2; pass++) {
     for (int i = 0; i < nops; i++) {
       struct papOpDesc* op = &ops[i];
       if (op->comm != comm) continue;
       int p2p = op->call.coll == PAP_COLL_SEND || op->call.coll == PAP_COLL_RECV;
       if (p2p != pass || isSelfP2p(op) || op->call.count == 0) continue;
+      e->callTag = 0;
+      if (e->callTags && !p2p) {
+        /* The hash of every call so far on this comm, this one included: once two ranks'
+         * calls differ, none of their later messages match either. */
+        uint64_t h = comm->arrival->callHash;
+        h ^= papArrivalSignature(&op->call) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+        h = (h ^ (uint64_t)(uint32_t)op->call.root) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+        comm->arrival->callHash = h;
+        e->callTag = (uint32_t)(h >> 48) << 16;
+      }
       struct papChain* chain = NULL;
       PAP_CHECK(papAlgoPlan(e, &op->call, &chain));
       if (chain) { /* the rest is planned as arrivals come (papArrivalExtend) */
@@ -183,6 +197,11 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
       if (!papEngineDone(e)) alldone = 0;
     }
     if (alldone) return papcclSuccess;
+    /* A mismatch notice from a message board's home (its push rings the doorbell): every
+     * pass, before the plan posts more to a peer that may have failed on it and left. */
+    for (int c = 0; c < ncomms; c++)
+      if (atomic_load_explicit(&comms[c]->arrival->noticeAny, memory_order_relaxed))
+        PAP_CHECK(papArrivalCheckMismatch(comms[c]));
     for (int c = 0; c < ncomms; c++) {
       if (!papCommAborted(comms[c])) continue;
       w.abortFlag = (const volatile int*)&comms[c]->abortFlag;
@@ -234,6 +253,13 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
     /* A short spin after each wakeup. */
     w.spinUntil = papNowNs() + w.spinNs / 4;
   }
+}
+
+/* Whether the plan just run received anything from a peer. */
+static int planHeard(const struct papEngine* e) {
+  for (int p = 0; p < e->nranks; p++)
+    if (e->lastRecv[p] >= 0) return 1;
+  return 0;
 }
 
 static int isColl(const struct papOpDesc* op) {
@@ -304,8 +330,9 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
     }
   }
   for (int c = 0; c < ncomms; c++) {
-    /* A collective that completed here before its peers arrived, still to be checked. */
-    if (!comms[c]->arrival->pendAny) continue;
+    /* A collective that completed here before its peers arrived, still to be checked, or
+     * one a message board's home found mismatched. */
+    if (!papArrivalChecksDue(comms[c]->arrival)) continue;
     res = papArrivalCheckMismatch(comms[c]);
     if (res != papcclSuccess) {
       papCommSetError(comms[c], res);
@@ -330,6 +357,13 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
   int driven = res == papcclSuccess;
   if (driven) res = driveAll(comms, ncomms, nops == 1 ? &ops[0] : NULL);
   if (res == papcclSuccess) {
+    /* A plan that received nothing finished without its peers: its calls go to the home now
+     * (a peer that waits for a mismatched call may have none of its own to tell). */
+    for (int c = 0; c < ncomms; c++)
+      if (comms[c]->arrival->callN && !planHeard(&comms[c]->engine))
+        res = papArrivalFlushCalls(comms[c]);
+  }
+  if (res == papcclSuccess) {
     /* Done with every step, unless a peer made another call (the board says so). */
     for (int i = 0; i < nops; i++) {
       papcclResult_t r = papArrivalComplete(ops[i].comm, &ops[i]);
@@ -338,10 +372,18 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
       if (res == papcclSuccess) res = r;
     }
   } else {
+    /* A failure a mismatch caused (a peer that failed on it and left): say so. */
+    for (int c = 0; c < ncomms && res != papcclInvalidUsage; c++)
+      if (atomic_load_explicit(&comms[c]->arrival->noticeAny, memory_order_relaxed) &&
+          papArrivalCheckMismatch(comms[c]) == papcclInvalidUsage)
+        res = papcclInvalidUsage;
     /* The queues (or the arrival board) now hold a partial exchange: the comm cannot be
      * used again. */
     for (int c = 0; c < ncomms; c++) {
       if (!driven || !papEngineDone(&comms[c]->engine)) papCommSetError(comms[c], res);
+      /* Receives still posted must not land in the caller's buffers after we return. */
+      if (driven && !papEngineDone(&comms[c]->engine) && comms[c]->tops->abandon)
+        comms[c]->tops->abandon(comms[c]->tstate);
       papPlanReset(&comms[c]->engine);
     }
   }

@@ -52,6 +52,7 @@ struct ucxHomeHdr {
  * message goes out right after it (progressOnce), under the same lock. */
 struct ucxOut {
   struct ucxOut* next;
+  struct ucxState* st;
   int peer;
   unsigned amId;
   struct ucxHomeHdr hdr;
@@ -132,6 +133,7 @@ struct ucxState {
   int poolCount;
   size_t poolBytes;
   struct ucxOut* outHead; /* queued by handlers */
+  int outInFlight; /* sent, not completed yet (under wlock) */
   struct ucxOut** outTail;
 };
 
@@ -264,7 +266,9 @@ static ucs_status_t amWake(void* arg, const void* header, size_t headerLen, void
 
 static void outDone(void* req, ucs_status_t status, void* user) {
   (void)status;
-  free(user);
+  struct ucxOut* o = (struct ucxOut*)user;
+  o->st->outInFlight--; /* inside the worker's progress: wlock held */
+  free(o);
   ucp_request_free(req);
 }
 
@@ -290,7 +294,10 @@ static void flushOut(struct ucxState* st) {
     p.flags = UCP_AM_SEND_FLAG_EAGER; /* handlers see the whole message at once */
     ucs_status_ptr_t req =
         ucp_am_send_nbx(c->ep, o->amId, &o->hdr, sizeof(o->hdr), o->data, o->len, &p);
-    if (!UCS_PTR_IS_PTR(req)) free(o); /* done at once, or failed */
+    if (!UCS_PTR_IS_PTR(req))
+      free(o); /* done at once, or failed */
+    else
+      st->outInFlight++;
   }
 }
 
@@ -303,6 +310,7 @@ static void queueOut(struct ucxState* st, int peer, unsigned amId, uint64_t id, 
     return;
   }
   o->next = NULL;
+  o->st = st;
   o->peer = peer;
   o->amId = amId;
   o->hdr.id = id;
@@ -632,6 +640,13 @@ static papcclResult_t ucxIsend(struct papConn* c, const void* buf, size_t bytes,
   if (UCS_PTR_IS_ERR(r->ucpReq)) {
     ucs_status_t s = UCS_PTR_STATUS(r->ucpReq);
     free(r);
+    /* The endpoint failed (the peer is gone) before its error handler ran: the peer is dead,
+     * and the caller, which can tell why, says so (papTransportOps.isend). */
+    if (s == UCS_ERR_ENDPOINT_TIMEOUT || s == UCS_ERR_CONNECTION_RESET ||
+        s == UCS_ERR_UNREACHABLE) {
+      atomic_store_explicit(&c->dead, 1, memory_order_release);
+      return papcclRemoteError;
+    }
     return ucxFail("ucp_tag_send_nbx", s);
   }
   r->bytes = bytes;
@@ -957,8 +972,7 @@ static papcclResult_t ucxHomeCall(void* state, const void* req, size_t len, void
       pthread_mutex_unlock(&st->wlock);
       if (got != 0) break;
       if (st->conns[0] == NULL || atomic_load_explicit(&st->conns[0]->dead, memory_order_acquire)) {
-        PAP_WARN("ucx: rank 0, which holds the arrival board, is unreachable");
-        res = papcclRemoteError;
+        res = papcclRemoteError; /* the caller says why (homeCall) */
         break;
       }
       if (spinning && ((i & 15) != 15 || papWaitInBudget(&w, papNowNs()))) {
@@ -982,6 +996,41 @@ static papcclResult_t ucxHomeCall(void* state, const void* req, size_t len, void
   pthread_mutex_unlock(&st->callLock);
   if (res == papcclSuccess && replyLen) *replyLen = rl;
   return res;
+}
+
+/* Drives the worker until every board message sent so far has left (bounded): the home
+ * about to fail on a mismatch it pushed makes sure the pushes go before it may close. */
+static void ucxHomeFlush(void* state) {
+  struct ucxState* st = (struct ucxState*)state;
+  uint64_t deadline = papNowNs() + 200000000ull;
+  for (;;) {
+    pthread_mutex_lock(&st->wlock);
+    if (st->outHead) flushOut(st);
+    int left = st->outInFlight;
+    pthread_mutex_unlock(&st->wlock);
+    if (left <= 0 || papNowNs() > deadline) break;
+    progressOnce(st);
+  }
+  /* Done for UCX is handed to the transport: over TCP a message may still wait behind data
+   * on its socket, lost if this rank closes its endpoints next. Flush the worker. */
+  ucp_request_param_t p;
+  memset(&p, 0, sizeof(p));
+  pthread_mutex_lock(&st->wlock);
+  ucs_status_ptr_t req = ucp_worker_flush_nbx(st->worker, &p);
+  pthread_mutex_unlock(&st->wlock);
+  if (!UCS_PTR_IS_PTR(req)) return;
+  for (;;) {
+    pthread_mutex_lock(&st->wlock);
+    ucs_status_t s = ucp_request_check_status(req);
+    if (s != UCS_INPROGRESS || papNowNs() > deadline) {
+      if (s == UCS_INPROGRESS) ucp_request_cancel(st->worker, req);
+      ucp_request_free(req);
+      pthread_mutex_unlock(&st->wlock);
+      return;
+    }
+    pthread_mutex_unlock(&st->wlock);
+    progressOnce(st);
+  }
 }
 
 /* From inside serve only (wlock held): queued, sent after the handler. */
@@ -1008,6 +1057,28 @@ static void ucxNotify(void* state, int peer) {
   ucs_status_ptr_t req = ucp_am_send_nbx(st->conns[peer]->ep, UCX_AM_WAKE, NULL, 0, NULL, 0, &p);
   if (UCS_PTR_IS_PTR(req)) ucp_request_free(req); /* released when it completes */
   pthread_mutex_unlock(&st->wlock);
+}
+
+/* Cancels every receive still posted (the engine's thread, the only one that posts, tests
+ * and frees requests), then drives the worker until none is in progress: one UCX matched
+ * already completes as its data arrives (bounded). Finalize frees them. */
+static void ucxAbandon(void* state) {
+  struct ucxState* st = (struct ucxState*)state;
+  pthread_mutex_lock(&st->wlock);
+  for (struct papReq* r = st->reqs; r; r = r->next)
+    if (r->isRecv && r->ucpReq && ucp_request_check_status(r->ucpReq) == UCS_INPROGRESS)
+      ucp_request_cancel(st->worker, r->ucpReq);
+  pthread_mutex_unlock(&st->wlock);
+  uint64_t deadline = papNowNs() + 200000000ull;
+  for (;;) {
+    int busy = 0;
+    pthread_mutex_lock(&st->wlock);
+    for (struct papReq* r = st->reqs; r && !busy; r = r->next)
+      busy = r->isRecv && r->ucpReq && ucp_request_check_status(r->ucpReq) == UCS_INPROGRESS;
+    pthread_mutex_unlock(&st->wlock);
+    if (!busy || papNowNs() > deadline) return;
+    progressOnce(st);
+  }
 }
 
 static void ucxClose(struct papConn* c) {
@@ -1132,7 +1203,9 @@ const struct papTransportOps papTransportUcx = {
     .homeCall = ucxHomeCall,
     .homeSend = ucxHomeSend,
     .homePush = ucxHomePush,
+    .homeFlush = ucxHomeFlush,
     .notify = ucxNotify,
+    .abandon = ucxAbandon,
     .close = ucxClose,
     .finalize = ucxFinalize,
 };
