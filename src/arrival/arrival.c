@@ -83,7 +83,8 @@ enum {
   HM_COMMIT,
   HM_READ,
   HM_RELEASE,
-  HM_CALL /* a collective's call, for the mismatch check (no reply) */
+  HM_CALL, /* a collective's call, for the mismatch check (no reply) */
+  HM_SYNC /* an empty round trip: the home's earlier pushes arrive before its reply */
 };
 struct hmReq {
   uint32_t kind, slot, gen;
@@ -439,10 +440,8 @@ static papcclResult_t boardOpCheck(struct papComm* comm, uint64_t c, int board) 
 
 /* A message board: the home's notice, when it names a collective this rank has made (in
  * flight or done; a later one fails when this rank makes it). WARN once. */
-static papcclResult_t noticeCheck(struct papComm* comm) {
+static papcclResult_t noticeRead(struct papComm* comm) {
   struct papArrivalState* ps = comm->arrival;
-  /* A rank that waits tells the home its calls (a mismatched peer may wait for us). */
-  PAP_CHECK(papArrivalFlushCalls(comm));
   if (!atomic_load_explicit(&ps->noticeAny, memory_order_acquire)) return papcclSuccess;
   pthread_mutex_lock(&ps->mailLock);
   uint64_t c = ps->notice.cseq, sa = ps->notice.sigA, sb = ps->notice.sigB;
@@ -456,6 +455,30 @@ static papcclResult_t noticeCheck(struct papComm* comm) {
   }
   ps->noticeTold = 1;
   return papcclInvalidUsage;
+}
+
+static papcclResult_t noticeCheck(struct papComm* comm) {
+  /* A rank that waits tells the home its calls (a mismatched peer may wait for us). */
+  PAP_CHECK(papArrivalFlushCalls(comm));
+  return noticeRead(comm);
+}
+
+papcclResult_t papArrivalNoticeExplains(struct papComm* comm) {
+  struct papArrivalState* ps = comm->arrival;
+  if (ps == NULL || !ps->checkMismatch || !ps->msg) return papcclSuccess;
+  /* A peer that failed on the notice may be gone before our copy of it came (the home pushes
+   * to every rank; nothing orders its push to us before the peer's end). While the home
+   * lives: our calls, then an empty round trip to it, whose reply comes after every push it
+   * sent us before (one endpoint, in order). The home itself files its notice at once. */
+  if (!atomic_load_explicit(&ps->noticeAny, memory_order_acquire) && comm->rank != 0 &&
+      comm->tops->peerAlive(comm->tstate, 0)) {
+    (void)papArrivalFlushCalls(comm);
+    struct hmReq q = {HM_SYNC, 0, 0, comm->rank, 0, 0, 0, 0, 0};
+    uint64_t reply[4];
+    size_t len = 0;
+    (void)comm->tops->homeCall(comm->tstate, &q, sizeof(q), reply, sizeof(reply), &len);
+  }
+  return noticeRead(comm);
 }
 
 papcclResult_t papArrivalCheckMismatch(struct papComm* comm) {
@@ -664,6 +687,9 @@ static size_t homeServe(void* arg, int from, const void* req, size_t len, void* 
   case HM_RELEASE:
     B[IDX_REL(n, slot)] += 1;
     return 0;
+  case HM_SYNC:
+    *r = (struct hmReply){1, 0, 0};
+    return sizeof(*r);
   default:
     return 0;
   }
@@ -830,7 +856,7 @@ static papcclResult_t homeCall(struct papComm* comm, const struct hmReq* q, size
   papcclResult_t res = comm->tops->homeCall(comm->tstate, q, sizeof(*q), comm->arrival->reply,
                                             PAP_HOME_MAX_BYTES, len);
   if (res != papcclRemoteError) return res;
-  if (papArrivalCheckMismatch(comm) == papcclInvalidUsage) return papcclInvalidUsage;
+  if (papArrivalNoticeExplains(comm) == papcclInvalidUsage) return papcclInvalidUsage;
   PAP_WARN("rank 0, which holds the arrival board, is unreachable from rank %d", comm->rank);
   return res;
 }
@@ -1083,9 +1109,15 @@ static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64
   papDiagUpdate(comm, w, NULL);
   /* A mismatch first: a peer that failed on it may be gone by now (as checkPeers). */
   PAP_CHECK(papArrivalCheckMismatch(comm));
-  PAP_CHECK(papCommCheckDeadPeer(comm));
+  /* A dead peer: the notice, read after its death was (the transport delivers what the peer
+   * sent before its end first), may still explain it. */
+  if (papCommDeadPeer(comm) >= 0) {
+    PAP_CHECK(papArrivalNoticeExplains(comm));
+    PAP_CHECK(papCommCheckDeadPeer(comm));
+  }
   for (int r = 0; r < comm->nranks; r++) {
     if (r == comm->rank || comm->tops->peerAlive(comm->tstate, r)) continue;
+    PAP_CHECK(papArrivalNoticeExplains(comm));
     PAP_WARN("rank %d (%s) exited while %s", r, papCommPidText(comm, r).s, w->what);
     return papcclRemoteError;
   }

@@ -190,6 +190,11 @@ void papArrivalFlightEnd(struct papComm* comm);
  * flat by a peer where this rank runs it on the board, or the other way round: WARN and
  * papcclInvalidUsage. Never on the fast path. */
 papcclResult_t papArrivalCheckMismatch(struct papComm* comm);
+/* A message board, where a failure (a dead peer, an unreachable home) is about to be
+ * reported: when the home's mismatch notice came, and names a collective this rank made, the
+ * mismatch WARN and papcclInvalidUsage (a peer failed on the notice and left); else success.
+ * Read after the failure was seen, since the notice arrives before its sender's end. */
+papcclResult_t papArrivalNoticeExplains(struct papComm* comm);
 /* Whether the start of a call must run papArrivalCheckMismatch: a check left pending, or a
  * mismatch notice from a message board's home. One flag and one relaxed load. */
 static inline int papArrivalChecksDue(struct papArrivalState* ps) {

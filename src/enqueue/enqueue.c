@@ -145,6 +145,7 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
       int progressed = 0;
       PAP_CHECK(papEngineProgress(e, &progressed));
       if (progressed) return papcclSuccess;
+      PAP_CHECK(papArrivalNoticeExplains(comm)); /* a peer that failed on a mismatch */
       PAP_WARN("peer %d (%s) exited while rank %d waits for it", s->peer,
                papCommPidText(comm, s->peer).s, comm->rank);
       return papcclRemoteError;
@@ -154,6 +155,7 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
       int progressed = 0;
       PAP_CHECK(papEngineProgress(e, &progressed));
       if (progressed) return papcclSuccess;
+      PAP_CHECK(papArrivalNoticeExplains(comm));
       PAP_CHECK(papCommCheckDeadPeer(comm));
     }
   }
