@@ -84,7 +84,8 @@ enum {
   HM_READ,
   HM_RELEASE,
   HM_CALL, /* a collective's call, for the mismatch check (no reply) */
-  HM_SYNC /* an empty round trip: the home's earlier pushes arrive before its reply */
+  HM_SYNC, /* a = a number the home sends back (HP_SYNC) behind its earlier pushes */
+  HM_ACK /* the sender has the home's mismatch notice (no reply) */
 };
 struct hmReq {
   uint32_t kind, slot, gen;
@@ -114,7 +115,8 @@ enum {
   HP_NEXT,
   HP_COMMIT,
   HP_FULL,
-  HP_MISMATCH
+  HP_MISMATCH,
+  HP_SYNC /* word: the number of the HM_SYNC it answers */
 };
 struct hmPush {
   uint32_t kind, slot, gen;
@@ -438,6 +440,40 @@ static papcclResult_t boardOpCheck(struct papComm* comm, uint64_t c, int board) 
   return papcclInvalidUsage;
 }
 
+/* How long papArrivalNoticeExplains waits for the home's answer: a round trip takes well
+ * under a millisecond between live hosts; the bound only matters when the home stopped
+ * serving. */
+#define PAP_NOTICE_SYNC_NS 50000000ull
+/* How long a rank that found the home dead drains what it sent before its end: the
+ * failure of its endpoint may be seen on one connection while the notice still waits on
+ * another (UCX over TCP). */
+#define PAP_NOTICE_DRAIN_NS 20000000ull
+/* How long the home, failing on its own notice, waits for the other ranks to acknowledge
+ * it: a rank inside a call reads it within a wake-up; one outside any call reads it at its
+ * next call, which may be later than this. */
+#define PAP_NOTICE_ACK_NS 500000000ull
+
+/* The home fails on its notice: once every live rank has read it (or the bound passed), so
+ * that closing its endpoints next cannot overtake the notice on its way (seen over UCX/TCP:
+ * a rank found the home unreachable and never received the notice, also after draining its
+ * transport). */
+static void homeAwaitAcks(struct papComm* comm) {
+  struct papArrivalState* ps = comm->arrival;
+  if (ps->acked == NULL) return;
+  if (comm->tops->homeFlush) comm->tops->homeFlush(comm->tstate);
+  uint64_t t0 = papNowNs();
+  for (;;) {
+    int missing = 0;
+    for (int r = 1; r < comm->nranks && !missing; r++)
+      missing = !atomic_load_explicit(&ps->acked[r], memory_order_acquire) &&
+                comm->tops->peerAlive(comm->tstate, r);
+    if (!missing || papNowNs() - t0 >= PAP_NOTICE_ACK_NS) return;
+    uint32_t tok = comm->tops->waitToken(comm->tstate);
+    if (comm->tops->progress(comm->tstate) != papcclSuccess) return;
+    comm->tops->wait(comm->tstate, tok, 1000000);
+  }
+}
+
 /* A message board: the home's notice, when it names a collective this rank has made (in
  * flight or done; a later one fails when this rank makes it). WARN once. */
 static papcclResult_t noticeRead(struct papComm* comm) {
@@ -447,11 +483,16 @@ static papcclResult_t noticeRead(struct papComm* comm) {
   uint64_t c = ps->notice.cseq, sa = ps->notice.sigA, sb = ps->notice.sigB;
   int a = ps->notice.a, b = ps->notice.b, ra = ps->notice.rootA, rb = ps->notice.rootB;
   pthread_mutex_unlock(&ps->mailLock);
+  if (!ps->noticeAcked && comm->rank != 0) { /* the home may wait for it to leave */
+    struct hmReq q = {HM_ACK, 0, 0, comm->rank, c, 0, 0, 0, 0};
+    (void)comm->tops->homeSend(comm->tstate, &q, sizeof(q));
+    ps->noticeAcked = 1;
+  }
   if (c >= ps->madeHi) return papcclSuccess;
   if (!ps->noticeTold) {
     papArrivalMismatchWarn(c, a, sa, ra, b, sb, rb);
     /* The home: its notice must reach the others before this rank may be gone. */
-    if (comm->rank == 0 && comm->tops->homeFlush) comm->tops->homeFlush(comm->tstate);
+    if (comm->rank == 0) homeAwaitAcks(comm);
   }
   ps->noticeTold = 1;
   return papcclInvalidUsage;
@@ -468,15 +509,34 @@ papcclResult_t papArrivalNoticeExplains(struct papComm* comm) {
   if (ps == NULL || !ps->checkMismatch || !ps->msg) return papcclSuccess;
   /* A peer that failed on the notice may be gone before our copy of it came (the home pushes
    * to every rank; nothing orders its push to us before the peer's end). While the home
-   * lives: our calls, then an empty round trip to it, whose reply comes after every push it
-   * sent us before (one endpoint, in order). The home itself files its notice at once. */
+   * lives: our calls, then a round trip to it (HM_SYNC), whose answer comes behind every
+   * push it sent us before (one endpoint, in order). Bounded: a home that no longer serves
+   * (it failed too, and is tearing its comm down) must not delay the report. The home
+   * itself files its notice at once. */
   if (!atomic_load_explicit(&ps->noticeAny, memory_order_acquire) && comm->rank != 0 &&
       comm->tops->peerAlive(comm->tstate, 0)) {
     (void)papArrivalFlushCalls(comm);
-    struct hmReq q = {HM_SYNC, 0, 0, comm->rank, 0, 0, 0, 0, 0};
-    uint64_t reply[4];
-    size_t len = 0;
-    (void)comm->tops->homeCall(comm->tstate, &q, sizeof(q), reply, sizeof(reply), &len);
+    uint64_t seq = ++ps->syncSent;
+    struct hmReq q = {HM_SYNC, 0, 0, comm->rank, seq, 0, 0, 0, 0};
+    uint64_t t0 = papNowNs();
+    if (comm->tops->homeSend(comm->tstate, &q, sizeof(q)) == papcclSuccess) {
+      while (atomic_load_explicit(&ps->syncSeen, memory_order_acquire) < seq &&
+             !atomic_load_explicit(&ps->noticeAny, memory_order_acquire) &&
+             comm->tops->peerAlive(comm->tstate, 0) && papNowNs() - t0 < PAP_NOTICE_SYNC_NS) {
+        uint32_t tok = comm->tops->waitToken(comm->tstate);
+        if (comm->tops->progress(comm->tstate) != papcclSuccess) break;
+        comm->tops->wait(comm->tstate, tok, 1000000);
+      }
+    }
+  }
+  if (comm->rank != 0 && !comm->tops->peerAlive(comm->tstate, 0)) {
+    uint64_t t0 = papNowNs();
+    while (!atomic_load_explicit(&ps->noticeAny, memory_order_acquire) &&
+           papNowNs() - t0 < PAP_NOTICE_DRAIN_NS) {
+      uint32_t tok = comm->tops->waitToken(comm->tstate);
+      if (comm->tops->progress(comm->tstate) != papcclSuccess) break;
+      comm->tops->wait(comm->tstate, tok, 1000000);
+    }
   }
   return noticeRead(comm);
 }
@@ -688,8 +748,12 @@ static size_t homeServe(void* arg, int from, const void* req, size_t len, void* 
     B[IDX_REL(n, slot)] += 1;
     return 0;
   case HM_SYNC:
-    *r = (struct hmReply){1, 0, 0};
-    return sizeof(*r);
+    homePushTo(comm, from, HP_SYNC, 0, 0, 0, 0, q.a, NULL, 0);
+    return 0;
+  case HM_ACK:
+    if (comm->arrival->acked != NULL)
+      atomic_store_explicit(&comm->arrival->acked[from], 1, memory_order_release);
+    return 0;
   default:
     return 0;
   }
@@ -720,6 +784,11 @@ static void homePushed(void* arg, const void* msg, size_t len) {
   const struct hmPush* p = (const struct hmPush*)msg;
   if (ps == NULL || len < sizeof(*p) || p->slot >= PAP_BOARD_SLOTS) return;
   size_t words = (len - sizeof(*p)) / sizeof(uint64_t);
+  if (p->kind == HP_SYNC) {
+    uint64_t seen = atomic_load_explicit(&ps->syncSeen, memory_order_relaxed);
+    if (p->word > seen) atomic_store_explicit(&ps->syncSeen, p->word, memory_order_release);
+    return;
+  }
   if (p->kind == HP_MISMATCH) { /* kept for the calling thread's checks: the first one */
     if (words < 4) return;
     pthread_mutex_lock(&ps->mailLock);
@@ -786,7 +855,8 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
     int bad = papCalloc(&ps->reply, PAP_HOME_MAX_BYTES / sizeof(uint64_t)) != papcclSuccess;
     if (comm->rank == 0 && !bad) bad = papCalloc(&ps->home, papBoardWords(n)) != papcclSuccess;
     if (comm->rank == 0 && ps->checkMismatch && !bad)
-      bad = papCalloc(&ps->calls, PAP_CALL_RING) != papcclSuccess;
+      bad = papCalloc(&ps->calls, PAP_CALL_RING) != papcclSuccess ||
+            papCalloc(&ps->acked, (size_t)n) != papcclSuccess;
     if (ps->checkMismatch && !bad)
       bad = papCalloc(&ps->callBuf, 3 * PAP_CALL_BATCH) != papcclSuccess;
     for (int s = 0; s < PAP_BOARD_SLOTS && !bad; s++)
@@ -821,6 +891,7 @@ void papArrivalFree(struct papComm* comm) {
   }
   free(ps->home);
   free(ps->calls);
+  free((void*)ps->acked);
   free(ps->callBuf);
   free(ps->reply);
   pthread_mutex_destroy(&ps->mailLock);

@@ -131,6 +131,15 @@ struct papArrivalState {
   int callN;
   _Atomic int noticeAny;
   int noticeTold;
+  /* papArrivalNoticeExplains' round trips to the home: the last one sent, the last answered
+   * (HP_SYNC, from the home's pushes). */
+  uint64_t syncSent;
+  _Atomic uint64_t syncSeen;
+  /* The notice's acknowledgements (HM_ACK): at the home, which ranks have read it (it waits
+   * for them before it fails itself, so that its end cannot overtake its notice); at every
+   * other rank, whether it sent its own. */
+  _Atomic uint32_t* acked;
+  int noticeAcked;
   struct {
     uint64_t cseq, sigA, sigB;
     int a, b, rootA, rootB;
