@@ -7,7 +7,7 @@
 #   deps, build (warnings are errors), test (every suite but soak, valgrind and torch-full; the matrix
 #   tests run a pairwise covering of their axes, PAPCCL_TEST_MATRIX=pairwise),
 #   asan-build + asan-test (ASan+UBSan, every suite but soak), tsan-build + tsan-test
-#   (ThreadSanitizer, the suites 'concurrency' and 'gpu-sim' but not 'pap-matrix'), fuzz (every fuzzer 15 s; the
+#   (ThreadSanitizer, the suites 'concurrency' and 'gpu-sim' but not 'tsan-full'), fuzz (every fuzzer 15 s; the
 #   corpus replay runs in the plain and ASan test stages), format. Where nvcc is found every
 #   build has CUDA, so suite gpu-sim (the device path on the CUDA stand-in) runs in all three.
 # Full tier (--full, nightly): the same stages with every suite in every build (soak and
@@ -83,7 +83,7 @@ else
   export PAPCCL_TEST_MATRIX=${PAPCCL_TEST_MATRIX:-pairwise}
   plain_skip=(--no-suite soak --no-suite valgrind --no-suite torch-full)
   asan_skip=(--no-suite soak)
-  tsan_only=(--suite concurrency --suite gpu-sim --no-suite pap-matrix)
+  tsan_only=(--suite concurrency --suite gpu-sim --no-suite tsan-full)
   tsan_perf=false # those suites run no perf binary
   fuzz_seconds=${PAPCCL_FUZZ_SECONDS:-15}
 fi
