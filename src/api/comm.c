@@ -415,6 +415,8 @@ static papcclResult_t commSetup(struct papComm* comm) {
   }
   PAP_CHECK_GOTO(papBootstrapBarrier(comm->bs), res, out);
   PAP_CHECK_GOTO(comm->tops->ready(comm->tstate), res, out);
+  /* Every rank's transport is ready (ucx: its endpoints wired up) before any rank goes on. */
+  PAP_CHECK_GOTO(papBootstrapBarrier(comm->bs), res, out);
   PAP_CHECK_GOTO(papEngineInit(&comm->engine, comm->rank, n, comm->tops, comm->tstate, comm->conns,
                                (const volatile int*)&comm->abortFlag),
                  res, out);

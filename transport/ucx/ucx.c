@@ -609,9 +609,56 @@ static papcclResult_t ucxConnect(void* state, int peer, const void* handle,
   return papcclSuccess;
 }
 
+/* Every endpoint is wired up before the comm is used: a flush of each completes once its
+ * lanes are connected (the peer answered its wire-up request). A wire-up left for later
+ * may still be pending when a rank that never talked to that peer destroys its worker, and
+ * UCX 1.13 aborts the process then (an assertion in ucp_worker_destroy when it purges a
+ * pending wire-up reply: seen under ThreadSanitizer in Ucx.RankZeroRunsAheadOfTheBoard,
+ * where ranks 1 and 2 exchange nothing but their departure; fixed in later UCX). A peer that
+ * fails ends its flush with an error, which its endpoint's handler records. */
 static papcclResult_t ucxReady(void* state) {
-  (void)state;
-  return papcclSuccess;
+  struct ucxState* st = (struct ucxState*)state;
+  ucs_status_ptr_t* reqs = (ucs_status_ptr_t*)calloc((size_t)st->nranks, sizeof(*reqs));
+  if (reqs == NULL) return papcclSystemError;
+  pthread_mutex_lock(&st->wlock);
+  for (int p = 0; p < st->nranks; p++) {
+    struct papConn* c = st->conns[p];
+    if (p == st->rank || c == NULL || c->ep == NULL) continue;
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof(prm));
+    reqs[p] = ucp_ep_flush_nbx(c->ep, &prm);
+  }
+  pthread_mutex_unlock(&st->wlock);
+  struct papWait w;
+  papWaitInit(&w, "ucx: wiring up the endpoints", st->abortFlag, 1,
+              st->spinNs > 0 ? (uint64_t)st->spinNs : 0, 0);
+  papcclResult_t res = papcclSuccess;
+  for (;;) {
+    int left = 0;
+    pthread_mutex_lock(&st->wlock);
+    for (int p = 0; p < st->nranks; p++) {
+      if (!UCS_PTR_IS_PTR(reqs[p])) continue;
+      if (ucp_request_check_status(reqs[p]) == UCS_INPROGRESS) {
+        left = 1;
+        continue;
+      }
+      ucp_request_free(reqs[p]);
+      reqs[p] = NULL;
+    }
+    pthread_mutex_unlock(&st->wlock);
+    if (!left) break;
+    if ((res = papWaitCheck(&w, papNowNs())) != papcclSuccess) break;
+    if (progressOnce(st) == 0) papWaitSleep(&w);
+  }
+  pthread_mutex_lock(&st->wlock);
+  for (int p = 0; p < st->nranks; p++) /* left at a timeout or an abort */
+    if (UCS_PTR_IS_PTR(reqs[p])) {
+      ucp_request_cancel(st->worker, reqs[p]);
+      ucp_request_free(reqs[p]);
+    }
+  pthread_mutex_unlock(&st->wlock);
+  free(reqs);
+  return res;
 }
 
 /* UCX tag: the sender's rank in the top 16 bits, then the engine's tag folded: the
