@@ -40,7 +40,11 @@ enum papBoardOp {
   PAP_BOARD_LOAD = 0,
   PAP_BOARD_STORE,
   PAP_BOARD_FADD,
-  PAP_BOARD_CAS /* *oldOut gets the previous value; swapped when it equaled cmp */
+  PAP_BOARD_CAS, /* *oldOut gets the previous value; swapped when it equaled cmp */
+  /* A store that readers need to see only once they see a later STORE, FADD or CAS of this
+   * rank (a release store: on shared memory a plain write that does not wait for its line;
+   * a backend without such a write stores as PAP_BOARD_STORE). */
+  PAP_BOARD_STORE_RELEASE
 };
 
 /* The home rank's handlers of a message board (homeAttach): serve answers one request from

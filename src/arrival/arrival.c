@@ -19,22 +19,30 @@
 #include "param.h"
 #include "wait.h"
 
-/* Board word indices of slot s: word, released, rank_at[N], t_arr[N].
- * released = [gen:32 | ranks done reading the slot:32]. */
-#define SLOT_WORDS(n) (2 + 2 * (size_t)(n))
+/* Board word indices of slot s: word, released, call (signature, root), rank_at[N], t_arr[N].
+ * released = [gen:32 | ranks done reading the slot:32]; call: the first arriver's call, for
+ * the mismatch check (section 11), next to the word every arriver has just CASed. Slots start
+ * on a 64-byte line (papBoardSlotStride). */
+#define SLOT_HDR 4
+#define SLOT_WORDS(n) (SLOT_HDR + 2 * (size_t)(n))
 static inline size_t slotBase(int n, int slot) {
-  return (size_t)slot * SLOT_WORDS(n);
+  return (size_t)slot * papBoardSlotStride(n);
 }
 #define IDX_WORD(n, s) (slotBase(n, s))
 #define IDX_REL(n, s) (slotBase(n, s) + 1)
-#define IDX_RANKAT(n, s, p) (slotBase(n, s) + 2 + (size_t)(p))
-#define IDX_TARR(n, s, r) (slotBase(n, s) + 2 + (size_t)(n) + (size_t)(r))
+#define IDX_CALL(n, s) (slotBase(n, s) + 2)
+#define IDX_RANKAT(n, s, p) (slotBase(n, s) + SLOT_HDR + (size_t)(p))
+#define IDX_TARR(n, s, r) (slotBase(n, s) + SLOT_HDR + (size_t)(n) + (size_t)(r))
 
 static papcclResult_t bLoad(struct papComm* comm, size_t idx, uint64_t* v) {
   return comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_LOAD, 0, 0, v);
 }
 static papcclResult_t bStore(struct papComm* comm, size_t idx, uint64_t v) {
   return comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_STORE, v, 0, NULL);
+}
+/* A word published by this rank's next bStore (its readers read that one first). */
+static papcclResult_t bStoreRelease(struct papComm* comm, size_t idx, uint64_t v) {
+  return comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_STORE_RELEASE, v, 0, NULL);
 }
 /* count consecutive words from idx: one round trip where the backend can (remote boards). */
 static papcclResult_t bRead(struct papComm* comm, size_t idx, size_t count, uint64_t* out) {
@@ -55,12 +63,22 @@ static const volatile int* abortFlagOf(const struct papComm* comm) {
   return (const volatile int*)&comm->abortFlag;
 }
 
-/* The wait of a collective's arrival phase (core/wait.h); `phase` says for what. */
-static void arrivalWait(const struct papComm* comm, const struct papArrival* a, const char* phase,
+static void describeArrivalWait(const struct papWait* w, char* buf, size_t len) {
+  const struct papComm* comm = (const struct papComm*)w->ctx;
+  const struct papOpDesc* op = (const struct papOpDesc*)w->ctx2;
+  snprintf(buf, len, "collective #%llu on rank %d, waiting %s", (unsigned long long)op->call.cseq,
+           comm->rank, w->phase);
+}
+
+/* The wait of a collective's arrival phase (core/wait.h); `phase` says for what (named in
+ * buf when a WARN or the diagnosis needs it). */
+static void arrivalWait(const struct papComm* comm, const struct papOpDesc* op, const char* phase,
                         char* buf, size_t len, struct papWait* w) {
-  snprintf(buf, len, "collective #%llu on rank %d, waiting %s", (unsigned long long)a->gen,
-           comm->rank, phase);
-  papWaitInit(w, buf, abortFlagOf(comm), 1, comm->spinNs, 1000000);
+  papWaitInit(w, NULL, abortFlagOf(comm), 1, comm->spinNs, 1000000);
+  w->ctx = comm;
+  w->ctx2 = op;
+  w->phase = phase;
+  papWaitDescribe(w, describeArrivalWait, buf, len);
   w->yield = comm->oversubscribed;
   w->hint = ": a rank never arrived or is dead";
 }
@@ -231,14 +249,15 @@ static int entryRank(uint64_t v, uint32_t gen, int n) {
 }
 
 /* ---- Mismatched calls (docs/PAP-ENGINE.md section 11) -----------------------------------
- * After the slots, per slot: a mark [gen:24 | why:8 | a:16 | b:16], the first mismatch seen
- * in generation gen (rank a's call against rank b's), then per rank its call (signature,
- * root). A rank writes its call before its arrival's CAS; a later arriver compares its call
- * with the first arriver's, and marks a difference, before it writes its rank_at entry. So a
- * reader that sees every entry of a generation, or the slot taken over by a newer one (every
- * rank released it), sees the mark if there is one. Shared boards only (not a message
- * board). */
-#define CHK_BASE(n) ((size_t)PAP_BOARD_SLOTS * SLOT_WORDS(n))
+ * The first arriver writes its call (signature, root) in the slot (IDX_CALL) after its CAS
+ * and before its rank_at entry. A later arriver reads it once that entry is there and compares
+ * its own call; on a difference it writes both calls to the words after the slots, sets the
+ * mark, and only then writes its own rank_at entry. After the slots, per slot: the mark
+ * [gen:24 | why:8 | a:16 | b:16], the first mismatch seen in generation gen (rank a's call
+ * against rank b's), then per rank the call the mark names. So a reader that sees every entry
+ * of a generation, or the slot taken over by a newer one (every rank released it), sees the
+ * mark if there is one. Shared boards only (not a message board). */
+#define CHK_BASE(n) ((size_t)PAP_BOARD_SLOTS * papBoardSlotStride(n))
 #define CHK_WORDS(n) (1 + 2 * (size_t)(n))
 #define IDX_MARK(n, s) (CHK_BASE(n) + (size_t)(s)*CHK_WORDS(n))
 #define IDX_SIG(n, s, r) (IDX_MARK(n, s) + 1 + 2 * (size_t)(r))
@@ -285,11 +304,26 @@ static papcclResult_t callOf(struct papComm* comm, int s, int r, uint64_t* sig, 
   return papcclSuccess;
 }
 
-/* This rank's call in op's slot. */
-static papcclResult_t putCall(struct papComm* comm, const struct papOpDesc* op, uint64_t sig) {
+/* Rank r's call in slot s, for the marks' readers. */
+static papcclResult_t putCall(struct papComm* comm, int s, int r, uint64_t sig, int root) {
+  int n = comm->nranks;
+  PAP_CHECK(bStore(comm, IDX_SIG(n, s, r), sig));
+  return bStore(comm, IDX_ROOT(n, s, r), (uint32_t)root);
+}
+
+/* The first arriver's call, in its slot's line (a later arriver has just CASed that line's
+ * word, so its read costs no further transfer of a line between cores). */
+static papcclResult_t putFirstCall(struct papComm* comm, const struct papOpDesc* op, uint64_t sig) {
   int n = comm->nranks, s = op->arr.slot;
-  PAP_CHECK(bStore(comm, IDX_SIG(n, s, comm->rank), sig));
-  return bStore(comm, IDX_ROOT(n, s, comm->rank), (uint32_t)op->call.root);
+  PAP_CHECK(bStoreRelease(comm, IDX_CALL(n, s), sig)); /* published by the rank_at entry */
+  return bStoreRelease(comm, IDX_CALL(n, s) + 1, (uint32_t)op->call.root);
+}
+static papcclResult_t firstCall(struct papComm* comm, int s, uint64_t* sig, int* root) {
+  uint64_t v[2] = {0, 0};
+  PAP_CHECK(bRead(comm, IDX_CALL(comm->nranks, s), 2, v));
+  *sig = v[0];
+  *root = (int)(uint32_t)v[1];
+  return papcclSuccess;
 }
 
 /* A mark found for collective cseq: WARN as the rank that set it did, then fail. */
@@ -333,6 +367,9 @@ static papcclResult_t rankAt(struct papComm* comm, const struct papArrival* a, i
 /* A rank that arrived after the first (or was refused as grouped differently, why =
  * WHY_GROUPED): compares its call with the first arriver's; a difference is marked for every
  * rank to see, logged, and fails the op (papcclInvalidUsage). *loggedOut: a WARN was made. */
+/* Polls of an entry that is about to be written before a wait that yields the core. */
+#define PAP_ENTRY_POLLS 64
+
 static papcclResult_t checkArrival(struct papComm* comm, const struct papOpDesc* op, uint64_t sig,
                                    int why, int* loggedOut) {
   const struct papArrival* a = &op->arr;
@@ -341,19 +378,28 @@ static papcclResult_t checkArrival(struct papComm* comm, const struct papOpDesc*
   *loggedOut = 0;
   PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
   first = entryRank(v, a->gen, n);
-  if (first < 0) { /* the first arriver is between its CAS and its entry */
+  /* The first arriver is between its CAS and its entry: a few hundred nanoseconds when it
+   * runs, so poll a little before the wait (whose yields cost a system call each). */
+  for (int i = 0; first < 0 && i < PAP_ENTRY_POLLS; i++) {
+    papCpuRelax();
+    PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
+    first = entryRank(v, a->gen, n);
+  }
+  if (first < 0) {
     struct papWait w;
     char what[160];
-    arrivalWait(comm, a, "for the first arrival's entry", what, sizeof(what), &w);
+    arrivalWait(comm, op, "for the first arrival's entry", what, sizeof(what), &w);
     PAP_CHECK(rankAt(comm, a, 0, &first, &w));
   }
   uint64_t s0 = 0;
   int r0 = 0;
-  PAP_CHECK(callOf(comm, a->slot, first, &s0, &r0));
+  PAP_CHECK(firstCall(comm, a->slot, &s0, &r0));
   int differ = s0 != sig || r0 != op->call.root;
   if (!differ && why == WHY_CALL) return papcclSuccess;
   if (differ) why = WHY_CALL;
-  PAP_CHECK(putCall(comm, op, sig)); /* named in the mark: our call goes first */
+  /* Both calls named in the mark go where its readers look, before the mark. */
+  PAP_CHECK(putCall(comm, a->slot, first, s0, r0));
+  PAP_CHECK(putCall(comm, a->slot, comm->rank, sig, op->call.root));
   PAP_CHECK(setMark(comm, a->slot, a->gen, makeMark(a->gen, why, first, comm->rank)));
   wakeAll(comm);
   if (why == WHY_CALL) {
@@ -369,14 +415,14 @@ static papcclResult_t arrivalsChecked(struct papComm* comm, int s, uint32_t gen,
   int n = comm->nranks;
   uint64_t* buf = comm->arrival->slotBuf;
   *doneOut = 0;
-  PAP_CHECK(bRead(comm, IDX_WORD(n, s), 2 + (size_t)n, buf));
+  PAP_CHECK(bRead(comm, IDX_WORD(n, s), SLOT_HDR + (size_t)n, buf));
   if (PAP_W_GEN(buf[0]) != gen) {
     *doneOut = 1;
     return papcclSuccess;
   }
   if (PAP_W_COUNT(buf[0]) != (uint32_t)n) return papcclSuccess;
   for (int p = 0; p < n; p++)
-    if (entryRank(buf[2 + p], gen, n) < 0) return papcclSuccess;
+    if (entryRank(buf[SLOT_HDR + p], gen, n) < 0) return papcclSuccess;
   *doneOut = 1;
   return papcclSuccess;
 }
@@ -586,7 +632,9 @@ papcclResult_t papArrivalCheckMismatch(struct papComm* comm) {
     if (first < 0) continue; /* its entry comes next time */
     uint64_t sig = 0;
     int root = 0;
-    PAP_CHECK(callOf(comm, s, first, &sig, &root));
+    PAP_CHECK(firstCall(comm, s, &sig, &root));
+    PAP_CHECK(bLoad(comm, IDX_WORD(n, s), &w)); /* the call read is still gen's */
+    if (PAP_W_GEN(w) != gen) continue;
     papArrivalMismatchWarn(c, first, sig, root, comm->rank, ps->flightSig, ps->flightRoot);
     return papcclInvalidUsage;
   }
@@ -987,8 +1035,8 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
      * release is a message to rank 0: wait in the transport, which serves it there (a plain
      * sleep on rank 0 would leave it unread, and the slot taken for good). */
     if (!slotWaiting) {
-      arrivalWait(comm, a, "for a peer to finish the collective before in its board slot", slotWhat,
-                  sizeof(slotWhat), &slotWait);
+      arrivalWait(comm, op, "for a peer to finish the collective before in its board slot",
+                  slotWhat, sizeof(slotWhat), &slotWait);
       slotWait.spinNs = 0;
       slotWaiting = 1;
     }
@@ -1078,7 +1126,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
          * reading the slot (possible after collectives a rank completes without every
          * peer, such as broadcast). Rare: back off with sleeps, bounded by the timeout. */
         if (!slotWaiting) {
-          arrivalWait(comm, a, "for a peer to finish the collective before in its board slot",
+          arrivalWait(comm, op, "for a peer to finish the collective before in its board slot",
                       slotWhat, sizeof(slotWhat), &slotWait);
           slotWait.spinNs = 0; /* sleeps only */
           slotWaiting = 1;
@@ -1110,7 +1158,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   a->pos = PAP_W_GEN(w) == a->gen ? (int)PAP_W_COUNT(w) : 0;
   a->oldWord = PAP_W_GEN(w) == a->gen ? w : 0;
   /* Stamp before the position entry: a reader that sees the entry sees the stamp. */
-  PAP_CHECK(bStore(comm, IDX_TARR(n, a->slot, comm->rank), a->tArr));
+  PAP_CHECK(bStoreRelease(comm, IDX_TARR(n, a->slot, comm->rank), a->tArr));
   /* A later arrival checks its call against the first one's before its entry: a reader that
    * sees every entry sees any mark (papArrivalVerify). The entry is written either way, as
    * waiters for it (rankAt) have no other way out. */
@@ -1119,7 +1167,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
     ps->mySig[a->slot] = sig;
     ps->myRoot[a->slot] = op->call.root;
     if (a->pos == 0) { /* the first arrival's call, for the others to compare with */
-      mism = putCall(comm, op, sig);
+      mism = putFirstCall(comm, op, sig);
     } else {
       int logged = 0;
       mism = checkArrival(comm, op, sig, WHY_CALL, &logged);
@@ -1189,7 +1237,7 @@ static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64
   for (int r = 0; r < comm->nranks; r++) {
     if (r == comm->rank || comm->tops->peerAlive(comm->tstate, r)) continue;
     PAP_CHECK(papArrivalNoticeExplains(comm));
-    PAP_WARN("rank %d (%s) exited while %s", r, papCommPidText(comm, r).s, w->what);
+    PAP_WARN("rank %d (%s) exited while %s", r, papCommPidText(comm, r).s, papWaitWhat(w));
     return papcclRemoteError;
   }
   return papcclSuccess;
@@ -1330,7 +1378,7 @@ papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op)
   int n = comm->nranks;
   struct papWait wt;
   char what[160];
-  arrivalWait(comm, a, a->pos == 0 ? "for arrivals (decider)" : "for the arrival commit", what,
+  arrivalWait(comm, op, a->pos == 0 ? "for arrivals (decider)" : "for the arrival commit", what,
               sizeof(what), &wt);
   uint64_t w = a->oldWord;
   if (!PAP_W_COMMIT(w)) {
@@ -1509,12 +1557,12 @@ static int readArrivals(struct papComm* comm, const struct papArrival* a) {
     }
     if (PAP_W_GEN(buf[0]) != a->gen || PAP_W_COUNT(buf[0]) != (uint32_t)n) return 0;
     for (int p = 0; p < n; p++) {
-      int r = entryRank(buf[2 + p], a->gen, n);
+      int r = entryRank(buf[SLOT_HDR + p], a->gen, n);
       if (r < 0) return 0;
       ps->order[p] = r;
     }
     for (int r = 0; r < n; r++)
-      ps->stamps[r] = buf[2 + n + r];
+      ps->stamps[r] = buf[SLOT_HDR + n + r];
     return 1;
   }
   for (int tries = 0; tries < 1000 && !filled; tries++) {
@@ -1523,16 +1571,16 @@ static int readArrivals(struct papComm* comm, const struct papArrival* a) {
     if (PAP_W_GEN(buf[0]) != a->gen || PAP_W_COUNT(buf[0]) != (uint32_t)n) return 0;
     filled = 1;
     for (int p = 0; p < n && filled; p++)
-      filled = (uint32_t)(buf[2 + p] >> 32) == a->gen;
+      filled = (uint32_t)(buf[SLOT_HDR + p] >> 32) == a->gen;
   }
   if (!filled) return 0;
   for (int p = 0; p < n; p++) {
-    int r = (int)(uint32_t)buf[2 + p] - 1;
+    int r = (int)(uint32_t)buf[SLOT_HDR + p] - 1;
     if (r < 0 || r >= n) return 0;
     ps->order[p] = r;
   }
   for (int r = 0; r < n; r++)
-    ps->stamps[r] = buf[2 + n + r];
+    ps->stamps[r] = buf[SLOT_HDR + n + r];
   uint64_t w = 0;
   if (bLoad(comm, IDX_WORD(n, a->slot), &w) != papcclSuccess || PAP_W_GEN(w) != a->gen) return 0;
   return 1;
@@ -1739,13 +1787,13 @@ int papArrivalArrived(struct papComm* comm, const struct papOpDesc* op, unsigned
   const struct papArrival* a = &op->arr;
   int n = comm->nranks;
   if (!a->used || a->flat || comm->arrival == NULL || comm->arrival->msg) return -1;
-  uint64_t* buf = comm->arrival->slotBuf; /* word, released, rank_at[n] */
-  if (bRead(comm, IDX_WORD(n, a->slot), 2 + (size_t)n, buf) != papcclSuccess ||
+  uint64_t* buf = comm->arrival->slotBuf; /* word, released, call, rank_at[n] */
+  if (bRead(comm, IDX_WORD(n, a->slot), SLOT_HDR + (size_t)n, buf) != papcclSuccess ||
       PAP_W_GEN(buf[0]) != a->gen)
     return -1;
   memset(arrived, 0, (size_t)n);
   for (int p = 0; p < n; p++) {
-    int r = entryRank(buf[2 + p], a->gen, n);
+    int r = entryRank(buf[SLOT_HDR + p], a->gen, n);
     if (r >= 0) arrived[r] = 1;
   }
   return 0;

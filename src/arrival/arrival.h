@@ -15,11 +15,15 @@
 
 /* The arrival board: PAP_BOARD_SLOTS slots of 64-bit words held by the home rank (rank 0)
  * and reached through the transport (boardAtomic, boardRead, notify). Slot layout (arrival.c):
- * word, released, rank_at[N], t_arr[N]; after the slots, per slot, the mismatch check's words
+ * word, released, the first arriver's call (signature, root), rank_at[N], t_arr[N], each slot
+ * starting on a 64-byte line; after the slots, per slot, the mismatch check's words
  * (docs/PAP-ENGINE.md section 11): mark, then per rank its call's signature and root. */
 #define PAP_BOARD_SLOTS 4
+static inline size_t papBoardSlotStride(int nranks) {
+  return (4 + 2 * (size_t)nranks + 7) & ~(size_t)7;
+}
 static inline size_t papBoardWords(int nranks) {
-  return (size_t)PAP_BOARD_SLOTS * (2 + 2 * (size_t)nranks) +
+  return (size_t)PAP_BOARD_SLOTS * papBoardSlotStride(nranks) +
          (size_t)PAP_BOARD_SLOTS * (1 + 2 * (size_t)nranks);
 }
 

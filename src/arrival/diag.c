@@ -99,7 +99,7 @@ void papDiagUpdate(struct papComm* comm, struct papWait* w, const int* seen) {
   free(mark);
   w->hint = comm->diagHint;
   pthread_mutex_lock(&comm->diagLock);
-  snprintf(comm->diagText, sizeof(comm->diagText), "%s%s", w->what, comm->diagHint);
+  snprintf(comm->diagText, sizeof(comm->diagText), "%s%s", papWaitWhat(w), comm->diagHint);
   comm->diagActive = 1;
   pthread_mutex_unlock(&comm->diagLock);
 }

@@ -18,6 +18,7 @@ void papWaitInit(struct papWait* w, const char* what, const volatile int* abortF
                  uint64_t spinNs, long maxSleepNs) {
   uint64_t now = papNowNs();
   w->what = what;
+  w->describe = NULL;
   w->hint = "";
   w->abortFlag = abortFlag;
   w->deadline = timed ? now + (uint64_t)papParamTimeoutS() * 1000000000ull : 0;
@@ -33,13 +34,31 @@ void papWaitInit(struct papWait* w, const char* what, const volatile int* abortF
   w->timeoutRes = papcclRemoteError;
 }
 
+void papWaitDescribe(struct papWait* w, void (*describe)(const struct papWait*, char*, size_t),
+                     char* buf, size_t len) {
+  w->describe = describe;
+  w->whatBuf = buf;
+  w->whatLen = len;
+  if (buf != NULL && len > 0) buf[0] = '\0';
+  w->what = buf;
+}
+
+const char* papWaitWhat(struct papWait* w) {
+  if (w->describe != NULL && w->whatBuf != NULL && w->whatLen > 0) {
+    w->describe(w, w->whatBuf, w->whatLen);
+    w->describe = NULL;
+    w->what = w->whatBuf;
+  }
+  return w->what != NULL ? w->what : "a wait";
+}
+
 papcclResult_t papWaitCheck(struct papWait* w, uint64_t now) {
   if (papAborted(w->abortFlag)) {
-    PAP_WARN("%s: cancelled, the communicator was aborted", w->what);
+    PAP_WARN("%s: cancelled, the communicator was aborted", papWaitWhat(w));
     return w->abortRes;
   }
   if (w->deadline != 0 && now >= w->deadline) {
-    PAP_WARN("%s: timed out after %lld s (PAPCCL_TIMEOUT_S)%s", w->what,
+    PAP_WARN("%s: timed out after %lld s (PAPCCL_TIMEOUT_S)%s", papWaitWhat(w),
              (long long)papParamTimeoutS(), w->hint);
     return w->timeoutRes;
   }

@@ -14,6 +14,7 @@
 #ifndef PAPCCL_CORE_WAIT_H_
 #define PAPCCL_CORE_WAIT_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "papccl.h"
@@ -26,6 +27,14 @@ static inline int papAborted(const volatile int* flag) {
 
 struct papWait {
   const char* what; /* "collective #7 waiting for the arrival commit": named in the WARNs */
+  /* A name made only when it is needed (papWaitDescribe): most waits end in microseconds,
+   * and formatting a name costs as much as a small operation's whole wait. */
+  void (*describe)(const struct papWait* w, char* buf, size_t len);
+  const void* ctx; /* describe's arguments */
+  const void* ctx2;
+  const char* phase;
+  char* whatBuf; /* where the name goes */
+  size_t whatLen;
   const char* hint; /* appended to the timeout's WARN, or "" */
   const volatile int* abortFlag; /* or NULL */
   uint64_t deadline; /* CLOCK_MONOTONIC ns; 0: no deadline (what it waits for has its own) */
@@ -46,6 +55,13 @@ struct papWait {
  * spinNs after each progress and sleeping up to maxSleepNs at a time in papWaitSleep. */
 void papWaitInit(struct papWait* w, const char* what, const volatile int* abortFlag, int timed,
                  uint64_t spinNs, long maxSleepNs);
+
+/* Names the wait lazily: describe(w, buf, len) writes the name into buf the first time a
+ * WARN or the hang diagnosis asks for it (papWaitWhat). */
+void papWaitDescribe(struct papWait* w, void (*describe)(const struct papWait*, char*, size_t),
+                     char* buf, size_t len);
+/* The wait's name, made now if it is described lazily. */
+const char* papWaitWhat(struct papWait* w);
 
 /* papcclSuccess while the wait may go on; abortRes or timeoutRes (logged) when it is over. */
 papcclResult_t papWaitCheck(struct papWait* w, uint64_t now);

@@ -162,6 +162,11 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
   return papcclSuccess;
 }
 
+static void describeDrive(const struct papWait* w, char* buf, size_t len) {
+  const struct papComm* comm = (const struct papComm*)w->ctx;
+  snprintf(buf, len, "operation on rank %d", comm != NULL ? comm->rank : -1);
+}
+
 /* Drives the engines of comms[] until all plans are done, an error, abort or the deadline
  * (the one wait, core/wait.h). Polls PAPCCL_SPIN_US after the last progress (yielding the
  * core when oversubscribed) and around the predicted last arrival of a lone op, else sleeps
@@ -174,9 +179,10 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
   for (int c = 1; c < ncomms; c++)
     if (comms[c]->spinNs < spinNs) spinNs = comms[c]->spinNs;
   char what[64];
-  snprintf(what, sizeof(what), "operation on rank %d", ncomms > 0 ? comms[0]->rank : -1);
   struct papWait w;
-  papWaitInit(&w, what, NULL, 1, spinNs, 0);
+  papWaitInit(&w, NULL, NULL, 1, spinNs, 0);
+  w.ctx = ncomms > 0 ? comms[0] : NULL;
+  papWaitDescribe(&w, describeDrive, what, sizeof(what));
   w.yield = 0;
   for (int c = 0; c < ncomms; c++)
     w.yield |= comms[c]->oversubscribed;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arrival.h"
 #include "ib/ib_handle.h"
 #include "ib/ib_mrcache.h"
 #include "ib/ib_rules.h"
@@ -249,7 +250,7 @@ static papcclResult_t makeCtx(int nranks, const uint64_t* hostIds, struct papTra
   ctx->hostIds = ids;
   ctx->pids = pids;
   ctx->abortFlag = &testAbort;
-  ctx->boardWords = 4 * (2 + 2 * (size_t)nranks); /* as the arrival layer sizes it */
+  ctx->boardWords = papBoardWords(nranks); /* as the arrival layer sizes it */
   *idsOut = ids;
   *pidsOut = pids;
   return papcclSuccess;

@@ -421,6 +421,8 @@ TEST_F(Pap, RankThatNeverArrivesTimesOut) {
           EXPECT_GE(s, 1.5);
           EXPECT_LT(s, 2 + 8.0) << "the wait was not bounded by PAPCCL_TIMEOUT_S";
           EXPECT_TRUE(any.Saw("for arrivals") || any.Saw("arrival commit")) << any.Count();
+          // The wait names the collective by its number, as the diagnosis does.
+          EXPECT_TRUE(any.Saw("collective #0 on rank " + std::to_string(rk.rank) + ", waiting"));
         } else {
           // Alive but absent (an exited rank is detected sooner, as a dead peer).
           std::this_thread::sleep_for(std::chrono::seconds(4));

@@ -276,8 +276,11 @@ TEST_F(Shrink, StoppedRankIsNamedAtTheTimeoutAndInTheDump) {
         fprintf(stderr, "rank %d: returned %d after %.2f s: %s\nrank %d: dump: %s\n", rk.rank,
                 (int)res, took, why.c_str(), rk.rank, dump.c_str());
         EXPECT_EQ(papcclRemoteError, res);
-        EXPECT_NE(std::string::npos, why.find("timed out")) << why;
+        // The wait is named (lazily, when its WARN needs the name).
+        const std::string wait = "operation on rank " + std::to_string(rk.rank);
+        EXPECT_NE(std::string::npos, why.find(wait + ": timed out")) << why;
         EXPECT_NE(std::string::npos, why.find("not arrived: ranks 2")) << why;
+        EXPECT_NE(std::string::npos, dump.find("): " + wait + "; ")) << dump;
         EXPECT_NE(std::string::npos,
                   dump.find("collective #1 AllReduce(count 1048576, float, sum)"))
             << dump;

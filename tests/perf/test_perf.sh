@@ -49,5 +49,22 @@ else
   bad "all_reduce_perf --arrival: $(cat "$tmp/chk" 2>/dev/null) $(tail -3 "$out" | tr '\n' ' ')"
 fi
 
+# The side-by-side cost of a setting (perf/param_cost.sh): one pair, a ratio line with numbers;
+# a build without the binaries is an error, not a table.
+root=$(cd "$here/../.." && pwd)
+out=$tmp/param_cost.txt
+if NP=2 SIZE=8 PAIRS=1 ITERS=20 BUILD=$B timeout 120 "$root/perf/param_cost.sh" \
+  PAPCCL_CHECK_MISMATCH=1 PAPCCL_CHECK_MISMATCH=0 >"$out" 2>&1 &&
+  grep -Eq '^A/B, median of per-pair ratios: [0-9]+\.[0-9]{3} / [0-9]+\.[0-9]{3}$' "$out"; then
+  ok "param_cost.sh: $(tail -1 "$out")"
+else
+  bad "param_cost.sh: $(tr '\n' ' ' <"$out")"
+fi
+if BUILD=$tmp/none PAIRS=1 timeout 60 "$root/perf/param_cost.sh" "" "" >"$out" 2>&1; then
+  bad "param_cost.sh without a build succeeded: $(tr '\n' ' ' <"$out")"
+else
+  ok "param_cost.sh without a build fails: $(tail -1 "$out")"
+fi
+
 [ "$fails" = 0 ] && echo "all perf checks passed" || echo "$fails perf check(s) failed"
 [ "$fails" = 0 ]

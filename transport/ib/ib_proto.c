@@ -574,6 +574,7 @@ papcclResult_t papIbBoardAtomicLocked(struct ibState* st, size_t idx, int op, ui
     PAP_CHECK(atomicOp(st, c, IBV_WR_ATOMIC_CMP_AND_SWP, remote, cmp, val, &old));
     break;
   case PAP_BOARD_STORE: /* verbs have no swap: compare-and-swap until it takes */
+  case PAP_BOARD_STORE_RELEASE:
     PAP_CHECK(atomicOp(st, c, IBV_WR_ATOMIC_FETCH_AND_ADD, remote, 0, 0, &cur));
     for (;;) {
       PAP_CHECK(atomicOp(st, c, IBV_WR_ATOMIC_CMP_AND_SWP, remote, cur, val, &old));

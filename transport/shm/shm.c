@@ -785,6 +785,9 @@ static papcclResult_t shmBoardAtomic(void* state, size_t idx, int op, uint64_t v
   case PAP_BOARD_STORE:
     atomic_store(w, val);
     break;
+  case PAP_BOARD_STORE_RELEASE:
+    atomic_store_explicit(w, val, memory_order_release);
+    break;
   case PAP_BOARD_FADD:
     old = atomic_fetch_add(w, val);
     break;
