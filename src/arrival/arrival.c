@@ -367,9 +367,6 @@ static papcclResult_t rankAt(struct papComm* comm, const struct papArrival* a, i
 /* A rank that arrived after the first (or was refused as grouped differently, why =
  * WHY_GROUPED): compares its call with the first arriver's; a difference is marked for every
  * rank to see, logged, and fails the op (papcclInvalidUsage). *loggedOut: a WARN was made. */
-/* Polls of an entry that is about to be written before a wait that yields the core. */
-#define PAP_ENTRY_POLLS 64
-
 static papcclResult_t checkArrival(struct papComm* comm, const struct papOpDesc* op, uint64_t sig,
                                    int why, int* loggedOut) {
   const struct papArrival* a = &op->arr;
@@ -378,14 +375,7 @@ static papcclResult_t checkArrival(struct papComm* comm, const struct papOpDesc*
   *loggedOut = 0;
   PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
   first = entryRank(v, a->gen, n);
-  /* The first arriver is between its CAS and its entry: a few hundred nanoseconds when it
-   * runs, so poll a little before the wait (whose yields cost a system call each). */
-  for (int i = 0; first < 0 && i < PAP_ENTRY_POLLS; i++) {
-    papCpuRelax();
-    PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
-    first = entryRank(v, a->gen, n);
-  }
-  if (first < 0) {
+  if (first < 0) { /* the first arriver is between its CAS and its entry */
     struct papWait w;
     char what[160];
     arrivalWait(comm, op, "for the first arrival's entry", what, sizeof(what), &w);
@@ -499,6 +489,15 @@ static papcclResult_t boardOpCheck(struct papComm* comm, uint64_t c, int board) 
  * next call, which may be later than this. */
 #define PAP_NOTICE_ACK_NS 500000000ull
 
+/* One turn of a bounded wait in the transport: progress, then sleep on the doorbell (at most
+ * 1 ms). 0 when progress failed (the transport can deliver nothing more). */
+static int pumpTransport(struct papComm* comm) {
+  uint32_t tok = comm->tops->waitToken(comm->tstate);
+  if (comm->tops->progress(comm->tstate) != papcclSuccess) return 0;
+  comm->tops->wait(comm->tstate, tok, 1000000);
+  return 1;
+}
+
 /* The home fails on its notice: once every live rank has read it (or the bound passed), so
  * that closing its endpoints next cannot overtake the notice on its way (seen over UCX/TCP:
  * a rank found the home unreachable and never received the notice, also after draining its
@@ -513,10 +512,7 @@ static void homeAwaitAcks(struct papComm* comm) {
     for (int r = 1; r < comm->nranks && !missing; r++)
       missing = !atomic_load_explicit(&ps->acked[r], memory_order_acquire) &&
                 comm->tops->peerAlive(comm->tstate, r);
-    if (!missing || papNowNs() - t0 >= PAP_NOTICE_ACK_NS) return;
-    uint32_t tok = comm->tops->waitToken(comm->tstate);
-    if (comm->tops->progress(comm->tstate) != papcclSuccess) return;
-    comm->tops->wait(comm->tstate, tok, 1000000);
+    if (!missing || papNowNs() - t0 >= PAP_NOTICE_ACK_NS || !pumpTransport(comm)) return;
   }
 }
 
@@ -568,20 +564,15 @@ papcclResult_t papArrivalNoticeExplains(struct papComm* comm) {
     if (comm->tops->homeSend(comm->tstate, &q, sizeof(q)) == papcclSuccess) {
       while (atomic_load_explicit(&ps->syncSeen, memory_order_acquire) < seq &&
              !atomic_load_explicit(&ps->noticeAny, memory_order_acquire) &&
-             comm->tops->peerAlive(comm->tstate, 0) && papNowNs() - t0 < PAP_NOTICE_SYNC_NS) {
-        uint32_t tok = comm->tops->waitToken(comm->tstate);
-        if (comm->tops->progress(comm->tstate) != papcclSuccess) break;
-        comm->tops->wait(comm->tstate, tok, 1000000);
+             comm->tops->peerAlive(comm->tstate, 0) && papNowNs() - t0 < PAP_NOTICE_SYNC_NS &&
+             pumpTransport(comm)) {
       }
     }
   }
   if (comm->rank != 0 && !comm->tops->peerAlive(comm->tstate, 0)) {
     uint64_t t0 = papNowNs();
     while (!atomic_load_explicit(&ps->noticeAny, memory_order_acquire) &&
-           papNowNs() - t0 < PAP_NOTICE_DRAIN_NS) {
-      uint32_t tok = comm->tops->waitToken(comm->tstate);
-      if (comm->tops->progress(comm->tstate) != papcclSuccess) break;
-      comm->tops->wait(comm->tstate, tok, 1000000);
+           papNowNs() - t0 < PAP_NOTICE_DRAIN_NS && pumpTransport(comm)) {
     }
   }
   return noticeRead(comm);
@@ -957,6 +948,15 @@ void papArrivalFree(struct papComm* comm) {
   comm->arrival = NULL;
 }
 
+uint32_t papArrivalCallTag(struct papComm* comm, const struct papCall* call) {
+  uint64_t h = comm->arrival->callHash;
+  h ^= papArrivalSignature(call) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h = (h ^ (uint64_t)(uint32_t)call->root) * 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 31;
+  comm->arrival->callHash = h;
+  return (uint32_t)(h >> 48) << 16;
+}
+
 papcclResult_t papArrivalFlushCalls(struct papComm* comm) {
   struct papArrivalState* ps = comm->arrival;
   if (ps == NULL || !ps->msg || ps->callN == 0) return papcclSuccess;
@@ -1091,8 +1091,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   a->tPlan = 0;
   if (ps->msg) {
     /* A mismatch the home found already, in this collective or one before. */
-    if (atomic_load_explicit(&ps->noticeAny, memory_order_relaxed))
-      PAP_CHECK(papArrivalCheckMismatch(comm));
+    PAP_CHECK(papArrivalNoticeCheck(comm));
     if (decided) return arriveByMessage(comm, op, decided);
     /* A plan every rank chooses alone needs nothing from the board: over a network its
      * statistics are not read back either (papArrivalComplete). Only the call goes to the
@@ -1222,8 +1221,7 @@ static papcclResult_t rankAt(struct papComm* comm, const struct papArrival* a, i
 static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64_t now) {
   PAP_CHECK(papWaitCheck(w, now));
   /* A message board's mismatch notice (its push rang the doorbell): at once. */
-  if (comm->arrival->msg && atomic_load_explicit(&comm->arrival->noticeAny, memory_order_relaxed))
-    PAP_CHECK(papArrivalCheckMismatch(comm));
+  PAP_CHECK(papArrivalNoticeCheck(comm));
   if (!papWaitHealthDue(w, now)) return papcclSuccess;
   papDiagUpdate(comm, w, NULL);
   /* A mismatch first: a peer that failed on it may be gone by now (as checkPeers). */
@@ -1626,8 +1624,7 @@ papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   struct papArrivalState* ps = comm->arrival;
   if (ps == NULL) return papcclSuccess;
   /* A message board's home found this collective, or one before it, mismatched. */
-  if (ps->msg && atomic_load_explicit(&ps->noticeAny, memory_order_relaxed))
-    PAP_CHECK(papArrivalCheckMismatch(comm));
+  PAP_CHECK(papArrivalNoticeCheck(comm));
   if (!a->used && !a->flat) return papcclSuccess;
   int n = comm->nranks;
   uint64_t tDone = papNowNs();

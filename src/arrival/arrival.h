@@ -213,6 +213,16 @@ papcclResult_t papArrivalNoticeExplains(struct papComm* comm);
 static inline int papArrivalChecksDue(struct papArrivalState* ps) {
   return ps->pendAny || atomic_load_explicit(&ps->noticeAny, memory_order_relaxed);
 }
+/* A message board's mismatch notice, if one came (one relaxed load when none did): the
+ * error it means for this rank, else success. */
+static inline papcclResult_t papArrivalNoticeCheck(struct papComm* comm) {
+  if (!atomic_load_explicit(&comm->arrival->noticeAny, memory_order_relaxed)) return papcclSuccess;
+  return papArrivalCheckMismatch(comm);
+}
+/* A message board with the check on: the next collective's call (op's) folded into the hash
+ * of every call so far on the comm; returns its tag bits (bits 16-31 of the collective's
+ * message tags), so that once two ranks' calls differ none of their messages match. */
+uint32_t papArrivalCallTag(struct papComm* comm, const struct papCall* call);
 /* A message board: sends the calls this rank has not sent to the home yet (every
  * PAP_CALL_BATCH calls, from the waits' health checks, and after a batch that received
  * nothing). */

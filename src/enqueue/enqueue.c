@@ -102,17 +102,7 @@ static papcclResult_t buildPlan(struct papComm* comm, struct papOpDesc* ops, int
       if (op->comm != comm) continue;
       int p2p = op->call.coll == PAP_COLL_SEND || op->call.coll == PAP_COLL_RECV;
       if (p2p != pass || isSelfP2p(op) || op->call.count == 0) continue;
-      e->callTag = 0;
-      if (e->callTags && !p2p) {
-        /* The hash of every call so far on this comm, this one included: once two ranks'
-         * calls differ, none of their later messages match either. */
-        uint64_t h = comm->arrival->callHash;
-        h ^= papArrivalSignature(&op->call) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-        h = (h ^ (uint64_t)(uint32_t)op->call.root) * 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 31;
-        comm->arrival->callHash = h;
-        e->callTag = (uint32_t)(h >> 48) << 16;
-      }
+      e->callTag = e->callTags && !p2p ? papArrivalCallTag(comm, &op->call) : 0;
       struct papChain* chain = NULL;
       PAP_CHECK(papAlgoPlan(e, &op->call, &chain));
       if (chain) { /* the rest is planned as arrivals come (papArrivalExtend) */
@@ -208,8 +198,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
     /* A mismatch notice from a message board's home (its push rings the doorbell): every
      * pass, before the plan posts more to a peer that may have failed on it and left. */
     for (int c = 0; c < ncomms; c++)
-      if (atomic_load_explicit(&comms[c]->arrival->noticeAny, memory_order_relaxed))
-        PAP_CHECK(papArrivalCheckMismatch(comms[c]));
+      PAP_CHECK(papArrivalNoticeCheck(comms[c]));
     for (int c = 0; c < ncomms; c++) {
       if (!papCommAborted(comms[c])) continue;
       w.abortFlag = (const volatile int*)&comms[c]->abortFlag;
@@ -382,9 +371,7 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
   } else {
     /* A failure a mismatch caused (a peer that failed on it and left): say so. */
     for (int c = 0; c < ncomms && res != papcclInvalidUsage; c++)
-      if (atomic_load_explicit(&comms[c]->arrival->noticeAny, memory_order_relaxed) &&
-          papArrivalCheckMismatch(comms[c]) == papcclInvalidUsage)
-        res = papcclInvalidUsage;
+      if (papArrivalNoticeCheck(comms[c]) == papcclInvalidUsage) res = papcclInvalidUsage;
     /* The queues (or the arrival board) now hold a partial exchange: the comm cannot be
      * used again. */
     for (int c = 0; c < ncomms; c++) {

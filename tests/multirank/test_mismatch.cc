@@ -195,6 +195,76 @@ Scenario LastDiffers(Call base, std::function<void(Call&)> change, std::vector<s
   return sc;
 }
 
+// Scenarios that run alike on one host and between hosts.
+
+// Rooted collectives: a rank whose part needs no one (a Broadcast's root sends, a non-root
+// of a Reduce may only send, a Broadcast's non-root may have its data) can be done before
+// the mismatching rank arrives; its next call fails then.
+Scenario ReduceRootDiffers() {
+  Call c;
+  c.coll = Coll::kReduce;
+  Scenario sc = LastDiffers(
+      c, [](Call& x) { x.root = 1; },
+      {"Reduce(count 100000, float, sum, root 0)", "Reduce(count 100000, float, sum, root 1)"});
+  sc.mayFinishAlone = [](int rank, int) { return rank != 0; };  // not the root of most
+  return sc;
+}
+
+Scenario BroadcastRootDiffers() {
+  Call c;
+  c.coll = Coll::kBroadcast;
+  Scenario sc = LastDiffers(
+      c, [](Call& x) { x.root = 1; },
+      {"Broadcast(count 100000, float, root 0)", "Broadcast(count 100000, float, root 1)"});
+  sc.mayFinishAlone = [](int, int) { return true; };
+  return sc;
+}
+
+// The last rank broadcasts from rank 0, which runs an allreduce: it waits for data.
+Scenario LastBroadcastsAgainstAllReduce() {
+  Call c;
+  return LastDiffers(
+      c, [](Call& x) { x.coll = Coll::kBroadcast; },
+      {"AllReduce(count 100000, float, sum)", "Broadcast(count 100000, float, root 0)"});
+}
+
+// Rank 0 (the home of a message board) is the broadcast's root: its part may finish alone.
+Scenario RootBroadcastsAgainstAllReduce() {
+  Scenario sc;
+  sc.calls = [](int rank, int) {
+    Call x;
+    x.count = 1000;  // flat-sized on the allreduce ranks
+    if (rank == 0) x.coll = Coll::kBroadcast;
+    return std::vector<Call>{x};
+  };
+  sc.warnHas = {"AllReduce(count 1000, float, sum)", "Broadcast(count 1000, float, root 0)"};
+  sc.mayFinishAlone = [](int rank, int) { return rank == 0; };
+  return sc;
+}
+
+Scenario AllGatherAgainstAllReduce() {
+  Call c;
+  c.count = 5000;
+  return LastDiffers(c, [](Call& x) { x.coll = Coll::kAllGather; },
+                     {"AllReduce(count 5000, float, sum)", "AllGather(count 5000, float)"});
+}
+
+// Inside a group: the second of three collectives differs on the last rank.
+Scenario SecondOfAGroupDiffers() {
+  Scenario sc;
+  sc.calls = [](int rank, int n) {
+    std::vector<Call> v(3);
+    v[0].count = 1000;
+    v[1].count = 70000;
+    v[2].coll = Coll::kBroadcast;
+    v[2].count = 100;
+    if (rank == n - 1) v[1].count = 80000;
+    return v;
+  };
+  sc.warnHas = {"AllReduce(count 70000, float, sum)", "AllReduce(count 80000, float, sum)"};
+  return sc;
+}
+
 class MismatchRanks : public Mismatch, public ::testing::WithParamInterface<int> {};
 
 TEST_P(MismatchRanks, CountOnTheBoard) {
@@ -247,74 +317,27 @@ TEST_P(MismatchRanks, Op) {
       LastDiffers(c, [](Call& x) { x.op = papcclProd; }, {"float, sum)", "float, prod)"}));
 }
 
-// Rooted collectives: a rank whose part needs no one (a Broadcast's root sends, a non-root
-// of a Reduce may only send, a Broadcast's non-root may have its data) can be done before
-// the mismatching rank arrives; its next call fails then.
+// Rooted collectives (the scenarios above say which ranks may finish alone).
 TEST_P(MismatchRanks, ReduceRoot) {
-  Call c;
-  c.coll = Coll::kReduce;
-  Scenario sc = LastDiffers(
-      c, [](Call& x) { x.root = 1; },
-      {"Reduce(count 100000, float, sum, root 0)", "Reduce(count 100000, float, sum, root 1)"});
-  sc.mayFinishAlone = [](int rank, int) { return rank != 0; };  // not the root of most
-  ExpectEveryRankFails(Mode::kProcesses, GetParam(), sc);
+  ExpectEveryRankFails(Mode::kProcesses, GetParam(), ReduceRootDiffers());
 }
 
 TEST_P(MismatchRanks, BroadcastRoot) {
-  Call c;
-  c.coll = Coll::kBroadcast;
-  Scenario sc = LastDiffers(
-      c, [](Call& x) { x.root = 1; },
-      {"Broadcast(count 100000, float, root 0)", "Broadcast(count 100000, float, root 1)"});
-  sc.mayFinishAlone = [](int, int) { return true; };
-  ExpectEveryRankFails(Mode::kProcesses, GetParam(), sc);
+  ExpectEveryRankFails(Mode::kProcesses, GetParam(), BroadcastRootDiffers());
 }
 
 TEST_P(MismatchRanks, AllReduceAgainstBroadcast) {
-  Call c;
-  // The last rank broadcasts from rank 0, which runs an allreduce: it waits for data.
-  ExpectEveryRankFails(Mode::kProcesses, GetParam(),
-                       LastDiffers(c, [](Call& x) { x.coll = Coll::kBroadcast; },
-                                   {"AllReduce(count 100000, float, sum)",
-                                    "Broadcast(count 100000, float, root 0)"}));
-  // Rank 0 is the broadcast's root: its part may finish alone.
-  Scenario sc;
-  sc.calls = [](int rank, int) {
-    Call x;
-    x.count = 1000;  // flat-sized on the allreduce ranks
-    if (rank == 0) x.coll = Coll::kBroadcast;
-    return std::vector<Call>{x};
-  };
-  sc.warnHas = {"AllReduce(count 1000, float, sum)", "Broadcast(count 1000, float, root 0)"};
-  sc.mayFinishAlone = [](int rank, int) { return rank == 0; };
-  ExpectEveryRankFails(Mode::kProcesses, GetParam(), sc);
+  ExpectEveryRankFails(Mode::kProcesses, GetParam(), LastBroadcastsAgainstAllReduce());
+  ExpectEveryRankFails(Mode::kProcesses, GetParam(), RootBroadcastsAgainstAllReduce());
 }
 
 TEST_P(MismatchRanks, AllReduceAgainstAllGather) {
-  Call c;
-  c.count = 5000;
-  ExpectEveryRankFails(
-      Mode::kThreads, GetParam(),
-      LastDiffers(c, [](Call& x) { x.coll = Coll::kAllGather; },
-                  {"AllReduce(count 5000, float, sum)", "AllGather(count 5000, float)"}));
+  ExpectEveryRankFails(Mode::kThreads, GetParam(), AllGatherAgainstAllReduce());
 }
 
-// Inside a group: the second of three collectives differs on the last rank.
 TEST_P(MismatchRanks, InsideAGroup) {
-  for (Mode mode : {Mode::kProcesses, Mode::kThreads}) {
-    Scenario sc;
-    sc.calls = [](int rank, int n) {
-      std::vector<Call> v(3);
-      v[0].count = 1000;
-      v[1].count = 70000;
-      v[2].coll = Coll::kBroadcast;
-      v[2].count = 100;
-      if (rank == n - 1) v[1].count = 80000;
-      return v;
-    };
-    sc.warnHas = {"AllReduce(count 70000, float, sum)", "AllReduce(count 80000, float, sum)"};
-    ExpectEveryRankFails(mode, GetParam(), sc);
-  }
+  for (Mode mode : {Mode::kProcesses, Mode::kThreads})
+    ExpectEveryRankFails(mode, GetParam(), SecondOfAGroupDiffers());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, MismatchRanks, ::testing::Values(2, 4),
@@ -452,64 +475,25 @@ TEST_P(UcxMismatchRanks, Op) {
 }
 
 TEST_P(UcxMismatchRanks, ReduceRoot) {
-  Call c;
-  c.coll = Coll::kReduce;
-  Scenario sc = LastDiffers(
-      c, [](Call& x) { x.root = 1; },
-      {"Reduce(count 100000, float, sum, root 0)", "Reduce(count 100000, float, sum, root 1)"});
-  sc.mayFinishAlone = [](int rank, int) { return rank != 0; };
-  Expect(sc);
+  Expect(ReduceRootDiffers());
 }
 
 TEST_P(UcxMismatchRanks, BroadcastRoot) {
-  Call c;
-  c.coll = Coll::kBroadcast;
-  Scenario sc = LastDiffers(
-      c, [](Call& x) { x.root = 1; },
-      {"Broadcast(count 100000, float, root 0)", "Broadcast(count 100000, float, root 1)"});
-  sc.mayFinishAlone = [](int, int) { return true; };
-  Expect(sc);
+  Expect(BroadcastRootDiffers());
 }
 
 TEST_P(UcxMismatchRanks, AllReduceAgainstBroadcast) {
-  Call c;
-  Expect(LastDiffers(
-      c, [](Call& x) { x.coll = Coll::kBroadcast; },
-      {"AllReduce(count 100000, float, sum)", "Broadcast(count 100000, float, root 0)"}));
-  // Rank 0, the home, is the broadcast's root: its part may finish alone.
-  Scenario sc;
-  sc.calls = [](int rank, int) {
-    Call x;
-    x.count = 1000;
-    if (rank == 0) x.coll = Coll::kBroadcast;
-    return std::vector<Call>{x};
-  };
-  sc.warnHas = {"AllReduce(count 1000, float, sum)", "Broadcast(count 1000, float, root 0)"};
-  sc.mayFinishAlone = [](int rank, int) { return rank == 0; };
-  Expect(sc);
+  Expect(LastBroadcastsAgainstAllReduce());
+  Expect(RootBroadcastsAgainstAllReduce());
 }
 
 TEST_P(UcxMismatchRanks, AllReduceAgainstAllGather) {
-  Call c;
-  c.count = 5000;
-  Expect(LastDiffers(c, [](Call& x) { x.coll = Coll::kAllGather; },
-                     {"AllReduce(count 5000, float, sum)", "AllGather(count 5000, float)"}));
+  Expect(AllGatherAgainstAllReduce());
 }
 
 // Inside a group (no call of a group waits for a commit: each goes one way).
 TEST_P(UcxMismatchRanks, InsideAGroup) {
-  Scenario sc;
-  sc.calls = [](int rank, int n) {
-    std::vector<Call> v(3);
-    v[0].count = 1000;
-    v[1].count = 70000;
-    v[2].coll = Coll::kBroadcast;
-    v[2].count = 100;
-    if (rank == n - 1) v[1].count = 80000;
-    return v;
-  };
-  sc.warnHas = {"AllReduce(count 70000, float, sum)", "AllReduce(count 80000, float, sum)"};
-  Expect(sc);
+  Expect(SecondOfAGroupDiffers());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, UcxMismatchRanks,
