@@ -1,22 +1,27 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Prints what the build needs of this interpreter's torch: the C++11 ABI flag (0/1), the
-library folder, the include folders separated by ';', and where under PREFIX (argument 1)
-this interpreter finds packages (the install folder, relative to PREFIX), whether this torch
-was built with CUDA (0/1), and whether it extends c10d through c10d::Backend (torch 2.x: 0/1).
-Exits 1 (with a
-reason on stderr) when torch's C++ headers are missing."""
+"""Prints what the build needs of this interpreter's torch, one item a line: the C++11 ABI
+flag (0/1), the library folder, the include folders separated by ';' (torch's own, which hold
+the pybind11 that torch was built with), where under PREFIX (argument 1) this interpreter finds
+packages (relative to PREFIX), whether this torch was built with CUDA (0/1), the C++ standard
+its headers want, and its version. Exits 1 (with a reason on stderr) when this torch is older
+than 2.4 or lacks its C++ headers."""
 import os
 import sys
 import sysconfig
 
 import torch
 
+major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+if (major, minor) < (2, 4):
+    sys.stderr.write("torch %s is too old: the papccl backend needs torch 2.4 or newer "
+                     "(scripts/setup-venv.sh installs the tested one)\n" % torch.__version__)
+    sys.exit(1)
 root = os.path.dirname(torch.__file__)
 incs = [os.path.join(root, "include"), os.path.join(root, "include", "torch", "csrc", "api", "include")]
-probe = os.path.join(incs[0], "torch", "csrc", "distributed", "c10d", "ProcessGroup.hpp")
-if not os.path.exists(probe):
-    sys.stderr.write("torch %s has no C++ headers at %s (Debian: install libtorch-dev)\n"
-                     % (torch.__version__, probe))
+probe = os.path.join(incs[0], "torch", "csrc", "distributed", "c10d", "Backend.hpp")
+if not os.path.exists(probe) or not os.path.exists(os.path.join(incs[0], "pybind11")):
+    sys.stderr.write("torch %s has no C++ headers (or no bundled pybind11) under %s\n"
+                     % (torch.__version__, incs[0]))
     sys.exit(1)
 print(1 if torch._C._GLIBCXX_USE_CXX11_ABI else 0)
 print(os.path.join(root, "lib"))
@@ -24,8 +29,7 @@ print(";".join(incs))
 
 
 def site_dir(prefix):
-    """The nearest folder of sys.path under prefix that holds packages (Debian: for /usr/local
-    lib/python3.X/dist-packages, for /usr lib/python3/dist-packages), else the standard
+    """The nearest folder of sys.path under prefix that holds packages, else the standard
     scheme's."""
     prefix = os.path.abspath(prefix)
     found = [os.path.relpath(p, prefix) for p in sys.path
@@ -38,5 +42,6 @@ def site_dir(prefix):
 
 print(site_dir(sys.argv[1] if len(sys.argv) > 1 else sys.prefix))
 print(1 if torch.version.cuda else 0)
-# torch 1.13 has a c10d::Backend header too, but its process groups extend ProcessGroup.
-print(1 if int(torch.__version__.split(".")[0]) >= 2 else 0)
+# torch 2.13 and later need C++20 in their headers; C++20 serves every 2.x.
+print("c++20")
+print(torch.__version__)

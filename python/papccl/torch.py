@@ -15,9 +15,9 @@ so a re-initialised group never reads an old id.
 """
 import collections
 import datetime
-import inspect
 import math
 import os
+import socket
 import threading
 
 import torch  # noqa: F401  (the real torch: this module's name is papccl.torch)
@@ -70,11 +70,9 @@ def _create(opts, pg_options=None):
 def _register():
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return
-    kw = {}
-    # torch 2.x registers a backend per device type; 1.13's process group takes every device.
-    if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
-        kw["devices"] = ["cpu", "cuda"] if _C.cuda else ["cpu"]
-    dist.Backend.register_backend(BACKEND, _create, extended_api=True, **kw)
+    # Per device type: "papccl" and "cpu:papccl,cuda:papccl" both reach this backend.
+    devices = ["cpu", "cuda"] if _C.cuda else ["cpu"]
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=devices)
 
 
 _register()
@@ -88,9 +86,22 @@ def _papccl_group(group):
         except RuntimeError:
             pass
     if not isinstance(pg, ProcessGroupPapccl):
-        raise TypeError("papccl: %r is not a papccl process group (backend %s)"
-                        % (pg, dist.get_backend(pg)))
+        raise TypeError("papccl: %r is not a papccl process group" % (pg,))
     return pg
+
+
+def _store_reachable(store, timeout_s=1.0):
+    """False when the group's store is a TCPStore whose server no longer answers (its host,
+    usually rank 0, died); True otherwise."""
+    while hasattr(store, "underlying_store"):
+        store = store.underlying_store
+    if not isinstance(store, dist.TCPStore):
+        return True
+    try:
+        socket.create_connection((store.host, store.port), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
 
 
 def pap_stats(group=None, last=100):
@@ -152,51 +163,46 @@ def abort(group=None, why="aborted by the user"):
 
 
 
-def shrink(group=None, exclude=(), abort=True, as_default=False):
+def shrink(group=None, exclude=(), abort=True):
     """A new group of this group's ranks that are not in ``exclude`` (ranks of ``group``),
-    in their order: papcclCommShrink, through the group's own communicator, with no store
-    and no rendezvous (the store may have died with rank 0). Every rank not excluded calls
-    it with the same list; excluded ranks do not call it.
+    in their order: torch.distributed's ``shrink_group`` over papcclCommShrink, through the
+    group's own communicator, with no store and no rendezvous (the store may have died with
+    rank 0). Every rank not excluded calls it with the same list; excluded ranks do not.
 
-    ``abort=True`` (after a failure): this group's running and queued operations end with an
-    error, and the group takes no more work; destroy it when convenient. ``abort=False`` on
-    a healthy group: its queued work runs first and the group stays usable.
+    ``abort=True`` (SHRINK_ABORT, after a failure): this group's running and queued
+    operations end with an error, and the group takes no more work. ``abort=False``
+    (SHRINK_DEFAULT) on a healthy group: its queued work runs first.
 
-    The new group works with the collectives' ``group=`` argument, ``get_rank(group)``,
-    ``get_world_size(group)`` and ``pap_stats``. ``as_default=True`` (shrinking the default
-    group) makes it the default group instead: ranks are renumbered 0..n-1 and calls without
-    ``group=`` use it; the old default group is released (its communicator aborted).
-    """
-    pg = _papccl_group(group)
-    c10d = dist.distributed_c10d
-    default = c10d._get_default_group() if dist.is_initialized() else None
+    As with ``shrink_group``, shrinking the default group makes the new group the default
+    (ranks renumbered 0..n-1) and destroys the other groups; the old group is released."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    _papccl_group(pg)
     try:
         exclude = sorted(set(int(r) for r in exclude))
     except (TypeError, ValueError):
         raise TypeError("papccl shrink: exclude must be a list of ranks, got %r" % (exclude,))
-    if as_default and pg is not default:
-        raise ValueError("papccl shrink: as_default=True needs the default group")
-    new = pg._shrink(exclude, bool(abort))
-    survivors = [r for r in range(pg.size()) if r not in exclude]
-    if as_default:
-        # torch 1.13's bookkeeping of the default group (distributed_c10d).
-        name = c10d._pg_names.get(pg, "papccl-shrunk")
-        for table in (c10d._pg_map, c10d._pg_names, c10d._pg_group_ranks):
-            table.clear()
-        c10d._update_default_pg(new)
-        c10d._pg_map[new] = (BACKEND, None)
-        c10d._pg_names[new] = name
-        c10d._pg_group_ranks[new] = {i: i for i in range(new.size())}
-        return new
-    # Global rank -> rank in the new group, so that get_rank(new) and friends work.
-    parent = c10d._pg_group_ranks.get(pg) if pg is not default else None
-    to_global = ({g: p for g, p in parent.items()} if parent is not None
-                 else {p: p for p in range(pg.size())})
-    by_group = {p: g for g, p in to_global.items()}
-    c10d._pg_group_ranks[new] = {by_group[p]: i for i, p in enumerate(survivors)}
-    c10d._pg_map[new] = (BACKEND, None)
-    c10d._pg_names[new] = "papccl-shrunk-%d" % id(new)
-    return new
+    me, n = pg.rank(), pg.size()
+    if not exclude:
+        raise ValueError("papccl shrink on rank %d: exclude is empty; name the ranks to leave out"
+                         % me)
+    bad = [r for r in exclude if not 0 <= r < n]
+    if bad:
+        raise ValueError("papccl shrink on rank %d: excluded rank %d is not in [0, %d)"
+                         % (me, bad[0], n))
+    if me in exclude:
+        raise RuntimeError("papccl shrink on rank %d: this rank is in the exclusion list "
+                           "(excluded ranks do not call shrink)" % me)
+    c10d = dist.distributed_c10d
+    flags = c10d.SHRINK_ABORT if abort else c10d.SHRINK_DEFAULT
+    # torch's shrink_group gives the new group a clone of the old group's store, which
+    # connects to the store's server: when that died with its host, the clone would wait
+    # for the whole store timeout and fail after papccl had shrunk. The new group then gets
+    # a store of this process's own (its collectives need none; new_group on it would need
+    # a new store, which papccl cannot conjure).
+    name, store = c10d._world.pg_map[pg]
+    if not _store_reachable(store):
+        c10d._world.pg_map[pg] = (name, dist.HashStore())
+    return dist.shrink_group(exclude, group=group, shrink_flags=flags)
 
 
 def save_trace(path, group=None, last=4096, op="allreduce", since_seq=-1):

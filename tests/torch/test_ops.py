@@ -270,13 +270,17 @@ def test_errors():
     bad = torch.ones(4, dtype=torch.int16)
     expect_error(lambda: dist.all_reduce(bad), ["papccl", "allreduce", "Short"], "int16 dtype")
     # torch reduces complex tensors as real pairs for SUM itself; what reaches papccl as
-    # complex (a broadcast) is refused by name.
+    # complex (a broadcast, an allgather) travels as its real and imaginary parts.
     c = torch.full((4,), complex(RANK, 1), dtype=torch.complex64)
     dist.all_reduce(c)
     check(torch.equal(c, torch.full((4,), complex(sum(range(WORLD)), WORLD), dtype=torch.complex64)),
           "complex SUM through torch's real view")
-    expect_error(lambda: dist.broadcast(torch.ones(4, dtype=torch.complex64), 0),
-                 ["papccl", "complex"], "complex broadcast")
+    c = torch.full((4,), complex(RANK, -RANK), dtype=torch.complex128)
+    dist.broadcast(c, WORLD - 1)
+    check(torch.equal(c, torch.full((4,), complex(WORLD - 1, 1 - WORLD), dtype=torch.complex128)),
+          "complex broadcast")
+    expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.complex64), op=dist.ReduceOp.MAX),
+                 ["MAX", "complex"], "complex MAX")
     sp = torch.sparse_coo_tensor(torch.tensor([[0]]), torch.tensor([1.0]), (4,))
     expect_error(lambda: dist.all_reduce(sp), ["papccl"], "sparse tensor")
     expect_error(lambda: dist.all_gather([torch.empty(4)] * (WORLD + 1), torch.ones(4)),

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The torch.distributed backend "papccl" (docs/PYTORCH.md): every c10d operation becomes a
 // queued Op that one worker thread per group runs in the caller's order on papccl's public
-// C API; a watchdog aborts the communicator when an operation outlives its timeout.
+// C API; a watchdog aborts the communicator when an operation outlives its timeout. This file
+// holds the group's life: queue, worker, watchdog, abort, shutdown, split, shrink, telemetry.
 #include "ProcessGroupPapccl.hpp"
 
 #include <Python.h>
@@ -12,273 +13,30 @@
 #include <stdexcept>
 #include <utility>
 
-#include <torch/csrc/distributed/c10d/Utils.hpp>
+#include "tensors.hpp"
 
 #if defined(PAPCCL_TORCH_CUDA)
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace papccl_torch {
 namespace {
-
 using Clock = std::chrono::steady_clock;
-
-// A failed papccl call, raised inside the worker and reported with the op's name.
-struct CallError : std::runtime_error {
-  papcclResult_t res;
-  CallError(papcclResult_t r, const std::string& call) : std::runtime_error(call), res(r) {}
-};
-
-void call(papcclResult_t r, const char* what) {
-  if (r != papcclSuccess) throw CallError(r, what);
-}
-
-// The stream of the op the worker runs now: papccl's stream-ordered device path takes it for
-// CUDA tensors; NULL (host buffers) otherwise. Set by the worker around each batch.
-thread_local papcclStream_t tlsStream = nullptr;
-papcclStream_t opStream() {
-  return tlsStream;
-}
-
-const char* dtypeName(at::ScalarType t) {
-  return c10::toString(t);
-}
-
-// papccl's datatype for a tensor's dtype; bool travels as uint8 (0 or 1).
-bool papcclType(at::ScalarType t, papcclDataType_t* out) {
-  switch (t) {
-  case at::kFloat:
-    *out = papcclFloat32;
-    return true;
-  case at::kDouble:
-    *out = papcclFloat64;
-    return true;
-  case at::kHalf:
-    *out = papcclFloat16;
-    return true;
-  case at::kBFloat16:
-    *out = papcclBfloat16;
-    return true;
-  case at::kChar:
-    *out = papcclInt8;
-    return true;
-  case at::kByte:
-    *out = papcclUint8;
-    return true;
-  case at::kBool:
-    *out = papcclUint8;
-    return true;
-  case at::kInt:
-    *out = papcclInt32;
-    return true;
-  case at::kLong:
-    *out = papcclInt64;
-    return true;
-  default:
-    return false;
-  }
-}
-
-papcclDataType_t dtypeOf(const at::Tensor& t) {
-  papcclDataType_t d = papcclFloat32;
-  papcclType(t.scalar_type(), &d);
-  return d;
-}
-
-// Every tensor an op touches: dense, on the CPU, of a dtype papccl carries.
-void checkTensor(const char* op, const at::Tensor& t, const char* what = "tensor") {
-  TORCH_CHECK(t.defined(), "papccl ", op, ": ", what, " is undefined");
-  TORCH_CHECK(t.layout() == at::kStrided, "papccl ", op, ": ", what,
-              " is sparse; papccl supports dense tensors only");
-  TORCH_CHECK(!t.is_complex(), "papccl ", op, ": ", what, " has complex dtype ",
-              dtypeName(t.scalar_type()), "; papccl supports no complex type (use view_as_real)");
-#if defined(PAPCCL_TORCH_CUDA)
-  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "papccl ", op, ": ", what, " is on ",
-              t.device().str(), "; papccl takes CPU and CUDA tensors");
-#else
-  TORCH_CHECK(t.device().is_cpu(), "papccl ", op, ": ", what, " is on ", t.device().str(),
-              "; this build of the papccl backend takes CPU tensors only (CUDA tensors need "
-              "a build with PAPCCL_TORCH_CUDA against a CUDA torch)");
-#endif
-  papcclDataType_t d;
-  TORCH_CHECK(papcclType(t.scalar_type(), &d), "papccl ", op, ": ", what, " has dtype ",
-              dtypeName(t.scalar_type()),
-              ", which papccl does not carry (float16, bfloat16, float32, float64, int8, "
-              "uint8, int32, int64, bool)");
-}
-
-void checkOne(const char* op, const std::vector<at::Tensor>& ts) {
-  TORCH_CHECK(ts.size() == 1, "papccl ", op, ": takes one tensor per process, got ", ts.size());
-  checkTensor(op, ts[0]);
-}
-
-void checkSame(const char* op, const at::Tensor& ref, const at::Tensor& t, const char* what) {
-  checkTensor(op, t, what);
-  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "papccl ", op, ": ", what, " has dtype ",
-              dtypeName(t.scalar_type()), ", the input ", dtypeName(ref.scalar_type()));
-  TORCH_CHECK(t.device() == ref.device(), "papccl ", op, ": ", what, " is on ", t.device().str(),
-              ", the input on ", ref.device().str(), " (one device per operation)");
-}
-
-// A contiguous buffer for a tensor: the tensor itself when it is contiguous, else a copy.
-at::Tensor staged(const at::Tensor& t) {
-  return t.is_contiguous() ? t : t.contiguous();
-}
-
-void copyBack(const at::Tensor& user, const at::Tensor& buf) {
-  if (!user.is_same(buf)) user.copy_(buf.view(user.sizes()));
-}
-
-void checkRoot(const char* op, int64_t root, int size) {
-  TORCH_CHECK(root >= 0 && root < size, "papccl ", op, ": root ", root,
-              " is out of range for a group of ", size);
-}
-
-// A reduction as papccl runs it. Bitwise operations have no papccl counterpart (NCCL has
-// none either): they gather every rank's input and fold it locally.
-struct Reduction {
-  c10d::ReduceOp::RedOpType kind;
-  papcclRedOp_t op = papcclSum;
-  bool bitwise = false;
-  bool premul = false;
-  double factor = 1.0;
-};
-
-Reduction reduction(const char* opname, const c10d::ReduceOp& rop, const at::Tensor& t) {
-  Reduction r;
-  r.kind = rop.op_;
-  const bool isBool = t.scalar_type() == at::kBool;
-  const bool isInt = at::isIntegralType(t.scalar_type(), /*includeBool=*/false);
-  switch (rop.op_) {
-  case c10d::ReduceOp::SUM:
-    r.op = isBool ? papcclMax : papcclSum;
-    break;  // logical or
-  case c10d::ReduceOp::PRODUCT:
-    r.op = isBool ? papcclMin : papcclProd;
-    break;  // and
-  case c10d::ReduceOp::MIN:
-    r.op = papcclMin;
-    break;
-  case c10d::ReduceOp::MAX:
-    r.op = papcclMax;
-    break;
-  case c10d::ReduceOp::AVG:
-    TORCH_CHECK(!isBool, "papccl ", opname, ": ReduceOp.AVG is not defined for bool");
-    r.op = papcclAvg;
-    break;
-  case c10d::ReduceOp::BAND:
-  case c10d::ReduceOp::BOR:
-  case c10d::ReduceOp::BXOR:
-    TORCH_CHECK(isInt || isBool, "papccl ", opname,
-                ": bitwise reductions need an integer or bool tensor, got ",
-                dtypeName(t.scalar_type()));
-    r.bitwise = true;
-    break;
-  case c10d::ReduceOp::PREMUL_SUM: {
-    TORCH_CHECK(!isBool, "papccl ", opname, ": ReduceOp.PREMUL_SUM is not defined for bool");
-    auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(rop.supplement_.get());
-    TORCH_CHECK(sup != nullptr, "papccl ", opname, ": PREMUL_SUM without its factor");
-    if (!sup->tensor_factors.empty()) {
-      TORCH_CHECK(sup->tensor_factors.size() == 1 && sup->tensor_factors[0].numel() == 1, "papccl ",
-                  opname, ": PREMUL_SUM takes one one-element factor tensor");
-      r.factor = sup->tensor_factors[0].to(at::kCPU).item<double>();
-    } else {
-      r.factor = sup->double_factor;
-    }
-    r.premul = true;
-    break;
-  }
-  default:
-    TORCH_CHECK(false, "papccl ", opname, ": unsupported reduce op ", int(rop.op_));
-  }
-  return r;
-}
-
-// Folds the nranks rows of `gathered` (nranks x n) into `out` (n) with a bitwise op.
-void bitwiseFold(c10d::ReduceOp::RedOpType kind, const at::Tensor& gathered, const at::Tensor& out,
-                 int nranks) {
-  at::Tensor acc = gathered[0].clone();
-  for (int r = 1; r < nranks; r++) {
-    if (kind == c10d::ReduceOp::BAND)
-      acc.bitwise_and_(gathered[r]);
-    else if (kind == c10d::ReduceOp::BOR)
-      acc.bitwise_or_(gathered[r]);
-    else
-      acc.bitwise_xor_(gathered[r]);
-  }
-  out.view(-1).copy_(acc.view(-1));
-}
-
-// Runs an allreduce, reduce or reduce-scatter's papccl call with a reduction, making and
-// freeing the pre-multiplied sum's op around it.
-template <typename F>
-void withOp(const Reduction& red, const at::Tensor& like, papcclComm_t comm, F&& fn) {
-  if (!red.premul) {
-    fn(red.op);
-    return;
-  }
-  at::Tensor scalar = at::scalar_tensor(red.factor, at::TensorOptions().dtype(like.scalar_type()));
-  papcclRedOp_t op;
-  call(papcclRedOpCreatePreMulSum(&op, scalar.data_ptr(), dtypeOf(like), papcclScalarHostImmediate,
-                                  comm),
-       "papcclRedOpCreatePreMulSum");
-  try {
-    fn(op);
-  } catch (...) {
-    papcclRedOpDestroy(op, comm);
-    throw;
-  }
-  call(papcclRedOpDestroy(op, comm), "papcclRedOpDestroy");
-}
-
-// The issue phase of an allgather of `in` into `out` (nranks x in): the list forms gather
-// through one flat buffer, and the bitwise reductions gather before they fold.
-std::function<void(papcclComm_t)> allGatherInto(const at::Tensor& in, const at::Tensor& out) {
-  return [in, out](papcclComm_t c) {
-    call(papcclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in), c, opStream()),
-         "papcclAllGather");
-  };
-}
-
-// Copies row r of `flat` (n elements each) into outs[r].
-void copyRows(const at::Tensor& flat, const std::vector<at::Tensor>& outs, int64_t n) {
-  for (size_t r = 0; r < outs.size(); r++)
-    outs[r].copy_(flat.narrow(0, (int64_t)r * n, n).view(outs[r].sizes()));
-}
-
-// Sends ins[p] to every rank p and receives outs[p] from it (contiguous tensors, empty ones
-// skipped) in one papccl group; this rank's own part is a copy.
-void exchange(papcclComm_t c, int me, const std::vector<at::Tensor>& ins,
-              const std::vector<at::Tensor>& outs) {
-  outs[me].view(-1).copy_(ins[me].view(-1));
-  call(papcclGroupStart(), "papcclGroupStart");
-  papcclResult_t res = papcclSuccess;
-  for (int p = 0; p < (int)ins.size() && res == papcclSuccess; p++) {
-    if (p == me) continue;
-    if (ins[p].numel())
-      res = papcclSend(ins[p].data_ptr(), ins[p].numel(), dtypeOf(ins[p]), p, c, opStream());
-    if (res == papcclSuccess && outs[p].numel())
-      res = papcclRecv(outs[p].data_ptr(), outs[p].numel(), dtypeOf(outs[p]), p, c, opStream());
-  }
-  papcclResult_t end = papcclGroupEnd();
-  call(res, "papcclSend/papcclRecv");
-  call(end, "papcclGroupEnd");
-}
-
 }  // namespace
 
 // ---- Work -----------------------------------------------------------------------------------
 
 WorkPapccl::WorkPapccl(int rank, c10d::OpType type, const char* name,
-                       std::vector<at::Tensor> outputs, std::vector<c10::Device> devices)
+                       std::vector<at::Tensor> outputs, std::vector<c10::Device> devices,
+                       uint64_t seq)
     : c10d::Work(rank, type),
       name_(name),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()), std::move(devices))) {}
+          c10::ListType::create(c10::TensorType::get()), std::move(devices))),
+      seq_(seq) {}
 
 std::vector<at::Tensor> WorkPapccl::result() {
   return outputs_;
@@ -312,7 +70,7 @@ void WorkPapccl::complete(std::exception_ptr exception) {
 
 ProcessGroupPapccl::ProcessGroupPapccl(const std::string& uniqueId, int rank, int size,
                                        std::chrono::milliseconds timeout)
-    : PAPCCL_TORCH_BASE(rank, size), timeout_(timeout) {
+    : c10d::Backend(rank, size), timeoutMs_(timeout.count()) {
   TORCH_CHECK(uniqueId.size() == sizeof(papcclUniqueId), "papccl: the unique id has ",
               uniqueId.size(), " bytes, expected ", sizeof(papcclUniqueId));
   papcclUniqueId id;
@@ -326,7 +84,7 @@ ProcessGroupPapccl::ProcessGroupPapccl(const std::string& uniqueId, int rank, in
 
 ProcessGroupPapccl::ProcessGroupPapccl(papcclComm_t comm, int rank, int size,
                                        std::chrono::milliseconds timeout)
-    : PAPCCL_TORCH_BASE(rank, size), comm_(comm), timeout_(timeout) {
+    : c10d::Backend(rank, size), comm_(comm), timeoutMs_(timeout.count()) {
   start();
 }
 
@@ -336,8 +94,14 @@ void ProcessGroupPapccl::start() {
 }
 
 ProcessGroupPapccl::~ProcessGroupPapccl() {
+  shutdown();
+}
+
+void ProcessGroupPapccl::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (shutDown_) return;  // destroy_process_group may call it, and then the destructor
+    shutDown_ = true;
     stop_ = true;
   }
   workCv_.notify_all();
@@ -346,21 +110,46 @@ ProcessGroupPapccl::~ProcessGroupPapccl() {
     // The worker may be completing a future whose Python callbacks need the GIL.
     PyThreadState* saved = nullptr;
     if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
-    worker_.join();
-    watchdog_.join();
+    if (worker_.joinable()) worker_.join();
+    if (watchdog_.joinable()) watchdog_.join();
     if (saved) PyEval_RestoreThread(saved);
   }
+  std::lock_guard<std::mutex> lock(mu_);
   if (!aborted_) {
     // Destroy is local; a communicator that failed is aborted instead (no flush).
     if (brokenWhy_.empty())
       papcclCommDestroy(comm_);
     else
       papcclCommAbort(comm_);
+    aborted_ = true;
   }
+  if (brokenWhy_.empty()) brokenWhy_ = "the group was shut down";
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupPapccl::getBackendOptions() {
+  return c10::make_intrusive<Options>("papccl", timeout());
+}
+
+uint64_t ProcessGroupPapccl::getSequenceNumberForGroup() {
+  return seq_.load();
+}
+
+void ProcessGroupPapccl::setTimeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) fail("set_timeout", "the timeout must be positive");
+  timeoutMs_.store(timeout.count());
+}
+
+c10d::ErrorType ProcessGroupPapccl::getError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void ProcessGroupPapccl::abort() {
+  abortComm("abort() was called");
 }
 
 std::chrono::milliseconds ProcessGroupPapccl::opTimeout(std::chrono::milliseconds requested) const {
-  return requested == c10d::kUnsetTimeout ? timeout_ : requested;
+  return requested == c10d::kUnsetTimeout ? timeout() : requested;
 }
 
 void ProcessGroupPapccl::fail(const char* op, const std::string& what) const {
@@ -377,11 +166,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::enqueue(c10d::OpType type, co
   for (const auto& t : outputs)
     if (t.defined() && !t.device().is_cpu()) device = t.device();
   for (const auto& t : outputs)
-    TORCH_CHECK(!t.defined() || t.device() == device, "papccl ", name,
-                ": tensors on several devices (", t.device().str(), " and ", device.str(), ")");
+    if (t.defined() && t.device() != device)
+      fail(name, "tensors on several devices (" + t.device().str() + " and " + device.str() +
+                     "); one operation takes tensors of one device");
   std::vector<c10::Device> devices;
   if (!device.is_cpu()) devices.push_back(device);
-  auto work = c10::make_intrusive<WorkPapccl>(rank_, type, name, outputs, std::move(devices));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutDown_) fail(name, "the group was shut down (destroy_process_group)");
+  }
+  uint64_t seq = collective ? ++seq_ : seq_.load();
+  auto work = c10::make_intrusive<WorkPapccl>(rank_, type, name, outputs, std::move(devices), seq);
   Op op{work, std::move(issue), std::move(finish), collective};
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -426,7 +221,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::enqueue(c10d::OpType type, co
 
 void ProcessGroupPapccl::startCoalescing() {
   std::lock_guard<std::mutex> lock(mu_);
-  TORCH_CHECK(!coalescing_, "papccl: startCoalescing while already coalescing");
+  if (coalescing_) fail("start_coalescing", "already coalescing (nested coalescing managers?)");
   coalescing_ = true;
   coalesced_ = Batch();
 }
@@ -435,7 +230,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::queueCoalesced() {
   c10::intrusive_ptr<c10d::Work> last;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    TORCH_CHECK(coalescing_, "papccl: endCoalescing without startCoalescing");
+    if (!coalescing_) fail("end_coalescing", "no start_coalescing before it");
     coalescing_ = false;
     if (coalesced_.ops.empty()) return last;
     last = coalesced_.ops.back().work;
@@ -446,21 +241,67 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::queueCoalesced() {
   return last;
 }
 
-#if defined(PAPCCL_TORCH_BACKEND_API)
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::endCoalescing() {
   auto last = queueCoalesced();
   if (last) return last;
-  auto none = c10::make_intrusive<WorkPapccl>(rank_, c10d::OpType::UNKNOWN, "coalesced",
-                                              std::vector<at::Tensor>());
+  auto none = c10::make_intrusive<WorkPapccl>(rank_, c10d::OpType::COALESCED, "coalesced",
+                                              std::vector<at::Tensor>(),
+                                              std::vector<c10::Device>(), seq_.load());
   none->complete(nullptr);
   return none;
 }
-#else
-void ProcessGroupPapccl::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) {
-  (void)reqs;  // the works of the batch were handed out as their ops were called
-  queueCoalesced();
-}
+
+// Runs one batch's papccl calls and finish steps on the worker. A failed papccl call sets
+// res and what; any other exception lands in error.
+void ProcessGroupPapccl::runBatch(Batch& batch, std::string& what, papcclResult_t& res,
+                                  const char*& failedOp, std::exception_ptr& error) {
+#if defined(PAPCCL_TORCH_CUDA)
+  // The op's papccl calls, copies and folds go on the group's stream of its device.
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+  if (batch.stream) guard.emplace(*batch.stream);
+  setOpStream(batch.stream ? (papcclStream_t)batch.stream->stream() : nullptr);
 #endif
+  try {
+    if (batch.ops.size() == 1) {
+      batch.ops[0].issue(comm_);
+    } else {
+      call(papcclGroupStart(), "papcclGroupStart");
+      papcclResult_t first = papcclSuccess;
+      std::string firstCall;
+      for (auto& op : batch.ops) {
+        try {
+          op.issue(comm_);
+        } catch (const CallError& e) {
+          if (first == papcclSuccess) first = e.res, firstCall = e.what();
+          failedOp = op.work->name();
+        }
+      }
+      papcclResult_t end = papcclGroupEnd();
+      if (first != papcclSuccess) throw CallError(first, firstCall);
+      call(end, "papcclGroupEnd");
+    }
+    for (auto& op : batch.ops) {
+      failedOp = op.work->name();
+      if (op.finish) op.finish();
+    }
+#if defined(PAPCCL_TORCH_CUDA)
+    if (batch.stream) {
+      // The Work completes when the data is there: wait for the stream (the watchdog still
+      // bounds a stuck operation: papccl's device path fails it on abort).
+      at::cuda::CUDAEvent done;
+      done.record(*batch.stream);
+      done.synchronize();
+    }
+#endif
+    if (batch.ops.size() == 1 && batch.ops[0].collective) recordArrival(failedOp);
+  } catch (const CallError& e) {
+    res = e.res;
+    what = std::string(e.what()) + " returned " + papcclGetErrorString(e.res);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  setOpStream(nullptr);
+}
 
 void ProcessGroupPapccl::workerLoop() {
   for (;;) {
@@ -485,58 +326,10 @@ void ProcessGroupPapccl::workerLoop() {
     papcclResult_t res = papcclSuccess;
     std::string what;
     const char* failedOp = batch.ops[0].work->name();
-    if (!broken.empty()) {
+    if (!broken.empty())
       what = "the group is unusable after an earlier failure: " + broken;
-    } else {
-#if defined(PAPCCL_TORCH_CUDA)
-      // The op's papccl calls, copies and folds go on the group's stream of its device.
-      c10::optional<c10::cuda::CUDAStreamGuard> guard;
-      if (batch.stream) guard.emplace(*batch.stream);
-      tlsStream = batch.stream ? (papcclStream_t)batch.stream->stream() : nullptr;
-#endif
-      try {
-        if (batch.ops.size() == 1) {
-          batch.ops[0].issue(comm_);
-        } else {
-          call(papcclGroupStart(), "papcclGroupStart");
-          papcclResult_t first = papcclSuccess;
-          std::string firstCall;
-          for (auto& op : batch.ops) {
-            try {
-              op.issue(comm_);
-            } catch (const CallError& e) {
-              if (first == papcclSuccess) first = e.res, firstCall = e.what();
-              failedOp = op.work->name();
-            }
-          }
-          papcclResult_t end = papcclGroupEnd();
-          if (first != papcclSuccess) throw CallError(first, firstCall);
-          call(end, "papcclGroupEnd");
-        }
-        for (auto& op : batch.ops) {
-          failedOp = op.work->name();
-          if (op.finish) op.finish();
-        }
-#if defined(PAPCCL_TORCH_CUDA)
-        if (batch.stream) {
-          // The Work completes when the data is there: wait for the stream (the watchdog
-          // still bounds a stuck operation: papccl's device path fails it on abort).
-          at::cuda::CUDAEvent done;
-          done.record(*batch.stream);
-          done.synchronize();
-        }
-#endif
-        if (batch.ops.size() == 1 && batch.ops[0].collective) recordArrival(failedOp);
-      } catch (const CallError& e) {
-        res = e.res;
-        what = std::string(e.what()) + " returned " + papcclGetErrorString(e.res);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-#if defined(PAPCCL_TORCH_CUDA)
-    tlsStream = nullptr;
-#endif
+    else
+      runBatch(batch, what, res, failedOp, error);
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = false;
@@ -549,6 +342,8 @@ void ProcessGroupPapccl::workerLoop() {
         }
         if (!aborted_ && res != papcclInvalidArgument && brokenWhy_.empty()) {
           brokenWhy_ = std::string(failedOp) + " failed: " + what;
+          error_ = res == papcclRemoteError ? c10d::ErrorType::REMOTE_ERROR
+                                            : c10d::ErrorType::COMM_ERROR;
         }
       }
     }
@@ -589,6 +384,7 @@ void ProcessGroupPapccl::watchdogLoop() {
     why << runningName_ << " timed out after " << runningTimeout_.count()
         << " ms (the group's timeout); the communicator was aborted. State: " << state;
     brokenWhy_ = why.str();
+    error_ = c10d::ErrorType::TIMEOUT;
     aborted_ = true;
     papcclCommAbort(comm_);
   }
@@ -599,12 +395,26 @@ void ProcessGroupPapccl::abortComm(const std::string& why) {
   watchCv_.wait(lock, [&] { return !shrinking_; });
   if (aborted_) return;
   brokenWhy_ = "aborted: " + why;
+  if (error_ == c10d::ErrorType::SUCCESS) error_ = c10d::ErrorType::COMM_ERROR;
   aborted_ = true;
   papcclCommAbort(comm_);
 }
 
-c10::intrusive_ptr<ProcessGroupPapccl> ProcessGroupPapccl::shrink(const std::vector<int>& exclude,
-                                                                  bool abort) {
+c10::intrusive_ptr<c10d::Backend> ProcessGroupPapccl::shrink(
+    const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+    const c10::intrusive_ptr<Options>& opts) {
+  const bool abort = (shrinkFlags & PAPCCL_SHRINK_ABORT) != 0;
+  if ((shrinkFlags & ~PAPCCL_SHRINK_ABORT) != 0)
+    fail("shrink", "unknown shrink flags " + std::to_string(shrinkFlags) +
+                       " (SHRINK_DEFAULT 0 or SHRINK_ABORT 1)");
+  std::vector<int> exclude;
+  for (int64_t r : ranksToExclude) {
+    if (r < 0 || r >= size_)
+      fail("shrink",
+           "excluded rank " + std::to_string(r) + " is not in [0, " + std::to_string(size_) + ")");
+    exclude.push_back((int)r);
+  }
+  const std::chrono::milliseconds newTimeout = opts ? opts->timeout : timeout();
   for (int r : exclude) {
     if (r < 0 || r >= size_)
       fail("shrink",
@@ -647,7 +457,37 @@ c10::intrusive_ptr<ProcessGroupPapccl> ProcessGroupPapccl::shrink(const std::vec
   }
   watchCv_.notify_all();
   if (r != papcclSuccess) fail("shrink", why);
-  return c10::make_intrusive<ProcessGroupPapccl>(child, crank, csize, timeout_);
+  return c10::make_intrusive<ProcessGroupPapccl>(child, crank, csize, newTimeout);
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupPapccl::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  (void)store;  // papcclCommSplit needs no rendezvous: the parent communicator carries it
+  auto mine = std::find(ranks.begin(), ranks.end(), rank_);
+  for (int r : ranks)
+    if (r < 0 || r >= size_)
+      fail("split", "rank " + std::to_string(r) + " of the new group is not in [0, " +
+                        std::to_string(size_) + ")");
+  // Disjoint splits have distinct smallest ranks; the key keeps the caller's order.
+  const int color =
+      mine == ranks.end() ? PAPCCL_SPLIT_NOCOLOR : *std::min_element(ranks.begin(), ranks.end());
+  const int key = mine == ranks.end() ? 0 : (int)(mine - ranks.begin());
+  auto child = std::make_shared<papcclComm_t>(nullptr);
+  // In order with this group's other operations, on its worker.
+  auto work = enqueue(
+      c10d::OpType::UNKNOWN, "split", {},
+      [child, color, key](papcclComm_t c) {
+        call(papcclCommSplit(c, color, key, child.get(), nullptr), "papcclCommSplit");
+      },
+      nullptr, false, timeout());
+  work->wait(kNoTimeout);
+  if (*child == nullptr) return nullptr;  // not a member of any new group
+  int crank = -1, csize = -1;
+  papcclCommUserRank(*child, &crank);
+  papcclCommCount(*child, &csize);
+  return c10::make_intrusive<ProcessGroupPapccl>(*child, crank, csize,
+                                                 opts ? opts->timeout : timeout());
 }
 
 void ProcessGroupPapccl::recordArrival(const char* name) {
@@ -694,399 +534,5 @@ std::vector<ArrivalRecord> ProcessGroupPapccl::arrivalHistory(size_t last) {
   return std::vector<ArrivalRecord>(history_.end() - (std::ptrdiff_t)n, history_.end());
 }
 
-// ---- Collectives ----------------------------------------------------------------------------
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::broadcast(std::vector<at::Tensor>& tensors,
-                                                             const c10d::BroadcastOptions& opts) {
-  checkOne("broadcast", tensors);
-  checkRoot("broadcast", opts.rootRank, size_);
-  TORCH_CHECK(opts.rootTensor == 0, "papccl broadcast: rootTensor must be 0");
-  at::Tensor t = tensors[0], buf = staged(t);
-  int root = (int)opts.rootRank;
-  return enqueue(
-      c10d::OpType::BROADCAST, "broadcast", tensors,
-      [=](papcclComm_t c) {
-        call(papcclBroadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(), dtypeOf(buf), root, c,
-                             opStream()),
-             "papcclBroadcast");
-      },
-      [=] { copyBack(t, buf); }, true, opTimeout(opts.timeout));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce(std::vector<at::Tensor>& tensors,
-                                                             const c10d::AllreduceOptions& opts) {
-  checkOne("allreduce", tensors);
-  at::Tensor t = tensors[0], buf = staged(t);
-  Reduction red = reduction("allreduce", opts.reduceOp, t);
-  int n = size_;
-  if (red.bitwise) {
-    at::Tensor gathered = at::empty({n, buf.numel()}, buf.options());
-    return enqueue(
-        c10d::OpType::ALLREDUCE, "allreduce", tensors, allGatherInto(buf, gathered),
-        [=] { bitwiseFold(red.kind, gathered, t, n); }, true, opTimeout(opts.timeout));
-  }
-  return enqueue(
-      c10d::OpType::ALLREDUCE, "allreduce", tensors,
-      [=](papcclComm_t c) {
-        withOp(red, buf, c, [&](papcclRedOp_t op) {
-          call(papcclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dtypeOf(buf), op, c,
-                               opStream()),
-               "papcclAllReduce");
-        });
-      },
-      [=] { copyBack(t, buf); }, true, opTimeout(opts.timeout));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  TORCH_CHECK(!tensors.empty(), "papccl allreduce_coalesced: no tensors");
-  for (const auto& t : tensors)
-    checkSame("allreduce_coalesced", tensors[0], t, "a tensor");
-  std::vector<at::Tensor> flat;
-  for (const auto& t : tensors)
-    flat.push_back(t.reshape(-1));
-  at::Tensor buf = at::cat(flat);
-  std::vector<at::Tensor> one{buf};
-  Reduction red = reduction("allreduce_coalesced", opts.reduceOp, buf);
-  std::vector<at::Tensor> users = tensors;
-  auto scatterBack = [users, buf] {
-    int64_t off = 0;
-    for (const auto& t : users) {
-      t.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
-      off += t.numel();
-    }
-  };
-  int n = size_;
-  if (red.bitwise) {
-    at::Tensor gathered = at::empty({n, buf.numel()}, buf.options());
-    return enqueue(
-        c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors,
-        allGatherInto(buf, gathered),
-        [=] {
-          bitwiseFold(red.kind, gathered, buf, n);
-          scatterBack();
-        },
-        true, opTimeout(opts.timeout));
-  }
-  return enqueue(
-      c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors,
-      [=](papcclComm_t c) {
-        withOp(red, buf, c, [&](papcclRedOp_t op) {
-          call(papcclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dtypeOf(buf), op, c,
-                               opStream()),
-               "papcclAllReduce");
-        });
-      },
-      scatterBack, true, opTimeout(opts.timeout));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::reduce(std::vector<at::Tensor>& tensors,
-                                                          const c10d::ReduceOptions& opts) {
-  checkOne("reduce", tensors);
-  checkRoot("reduce", opts.rootRank, size_);
-  TORCH_CHECK(opts.rootTensor == 0, "papccl reduce: rootTensor must be 0");
-  at::Tensor t = tensors[0], buf = staged(t);
-  Reduction red = reduction("reduce", opts.reduceOp, t);
-  int root = (int)opts.rootRank, n = size_;
-  bool isRoot = rank_ == root;
-  if (red.bitwise) {
-    at::Tensor gathered = at::empty({n, buf.numel()}, buf.options());
-    return enqueue(
-        c10d::OpType::REDUCE, "reduce", tensors, allGatherInto(buf, gathered),
-        [=] {
-          if (isRoot) bitwiseFold(red.kind, gathered, t, n);
-        },
-        true, opTimeout(opts.timeout));
-  }
-  // Only the root's tensor receives the result; the others keep their input.
-  at::Tensor out = isRoot ? buf : at::empty_like(buf);
-  return enqueue(
-      c10d::OpType::REDUCE, "reduce", tensors,
-      [=](papcclComm_t c) {
-        withOp(red, buf, c, [&](papcclRedOp_t op) {
-          call(papcclReduce(buf.data_ptr(), out.data_ptr(), buf.numel(), dtypeOf(buf), op, root, c,
-                            opStream()),
-               "papcclReduce");
-        });
-      },
-      [=] {
-        if (isRoot) copyBack(t, buf);
-      },
-      true, opTimeout(opts.timeout));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allgather(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  checkOne("allgather", inputs);
-  TORCH_CHECK(outputs.size() == 1, "papccl allgather: takes one output list, got ", outputs.size());
-  TORCH_CHECK((int)outputs[0].size() == size_, "papccl allgather: the output list has ",
-              outputs[0].size(), " tensors, the group ", size_, " ranks");
-  at::Tensor in = staged(inputs[0]);
-  for (const auto& o : outputs[0]) {
-    checkSame("allgather", in, o, "an output tensor");
-    TORCH_CHECK(o.numel() == in.numel(), "papccl allgather: an output tensor has ", o.numel(),
-                " elements, the input ", in.numel());
-  }
-  at::Tensor flat = at::empty({(int64_t)size_ * in.numel()}, in.options());
-  std::vector<at::Tensor> outs = outputs[0];
-  int64_t n = in.numel();
-  return enqueue(
-      c10d::OpType::ALLGATHER, "allgather", outs, allGatherInto(in, flat),
-      [=] { copyRows(flat, outs, n); }, true, opTimeout(opts.timeout));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  checkTensor("_allgather_base", input, "input");
-  checkSame("_allgather_base", input, output, "output");
-  TORCH_CHECK(output.numel() == (int64_t)size_ * input.numel(),
-              "papccl _allgather_base: output has ", output.numel(), " elements, expected ", size_,
-              " x ", input.numel());
-  at::Tensor in = staged(input), out = staged(output), user = output;
-  return enqueue(
-      c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output}, allGatherInto(in, out),
-      [=] { copyBack(user, out); }, true, opTimeout(opts.timeout));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::gather(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::GatherOptions& opts) {
-  checkOne("gather", inputs);
-  checkRoot("gather", opts.rootRank, size_);
-  int root = (int)opts.rootRank;
-  bool isRoot = rank_ == root;
-  at::Tensor in = staged(inputs[0]);
-  std::vector<at::Tensor> outs;
-  if (isRoot) {
-    TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == size_,
-                "papccl gather: the root needs one output list of ", size_, " tensors");
-    outs = outputs[0];
-    for (const auto& o : outs) {
-      checkSame("gather", in, o, "an output tensor");
-      TORCH_CHECK(o.numel() == in.numel(), "papccl gather: an output tensor has ", o.numel(),
-                  " elements, the input ", in.numel());
-    }
-  } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "papccl gather: only the root passes output tensors");
-  }
-  int64_t n = in.numel();
-  at::Tensor flat = isRoot ? at::empty({(int64_t)size_ * n}, in.options()) : at::empty_like(in);
-  return enqueue(
-      c10d::OpType::GATHER, "gather", outs,
-      [=](papcclComm_t c) {
-        call(papcclGather(in.data_ptr(), flat.data_ptr(), n, dtypeOf(in), root, c, opStream()),
-             "papcclGather");
-      },
-      [=] { copyRows(flat, outs, n); }, true, opTimeout(opts.timeout));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::scatter(
-    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-    const c10d::ScatterOptions& opts) {
-  checkOne("scatter", outputs);
-  checkRoot("scatter", opts.rootRank, size_);
-  int root = (int)opts.rootRank;
-  bool isRoot = rank_ == root;
-  at::Tensor user = outputs[0], out = staged(user);
-  int64_t n = out.numel();
-  at::Tensor flat;
-  if (isRoot) {
-    TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == size_,
-                "papccl scatter: the root needs one input list of ", size_, " tensors");
-    std::vector<at::Tensor> parts;
-    for (const auto& i : inputs[0]) {
-      checkSame("scatter", out, i, "an input tensor");
-      TORCH_CHECK(i.numel() == n, "papccl scatter: an input tensor has ", i.numel(),
-                  " elements, the output ", n);
-      parts.push_back(i.reshape(-1));
-    }
-    flat = at::cat(parts);
-  } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "papccl scatter: only the root passes input tensors");
-    flat = out;  // not read on other ranks
-  }
-  return enqueue(
-      c10d::OpType::SCATTER, "scatter", outputs,
-      [=](papcclComm_t c) {
-        call(papcclScatter(flat.data_ptr(), out.data_ptr(), n, dtypeOf(out), root, c, opStream()),
-             "papcclScatter");
-      },
-      [=] { copyBack(user, out); }, true, opTimeout(opts.timeout));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::reduce_scatter(
-    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
-  checkOne("reduce_scatter", outputs);
-  TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == size_,
-              "papccl reduce_scatter: needs one input list of ", size_, " tensors");
-  at::Tensor user = outputs[0];
-  std::vector<at::Tensor> parts;
-  for (const auto& i : inputs[0]) {
-    checkSame("reduce_scatter", user, i, "an input tensor");
-    TORCH_CHECK(i.numel() == user.numel(), "papccl reduce_scatter: an input tensor has ", i.numel(),
-                " elements, the output ", user.numel());
-    parts.push_back(i.reshape(-1));
-  }
-  at::Tensor flat = at::cat(parts);
-  return _reduce_scatter_base(user, flat, opts);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::_reduce_scatter_base(
-    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  checkTensor("reduce_scatter", output, "output");
-  checkSame("reduce_scatter", output, input, "input");
-  TORCH_CHECK(input.numel() == (int64_t)size_ * output.numel(), "papccl reduce_scatter: input has ",
-              input.numel(), " elements, expected ", size_, " x ", output.numel());
-  at::Tensor in = staged(input), user = output, out = staged(output);
-  Reduction red = reduction("reduce_scatter", opts.reduceOp, output);
-  int n = size_, me = rank_;
-  int64_t cnt = out.numel();
-  if (red.bitwise) {
-    at::Tensor gathered = at::empty({n, in.numel()}, in.options());
-    return enqueue(
-        c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {output}, allGatherInto(in, gathered),
-        [=] { bitwiseFold(red.kind, gathered.narrow(1, (int64_t)me * cnt, cnt), user, n); }, true,
-        opTimeout(opts.timeout));
-  }
-  return enqueue(
-      c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {output},
-      [=](papcclComm_t c) {
-        withOp(red, in, c, [&](papcclRedOp_t op) {
-          call(papcclReduceScatter(in.data_ptr(), out.data_ptr(), cnt, dtypeOf(in), op, c,
-                                   opStream()),
-               "papcclReduceScatter");
-        });
-      },
-      [=] { copyBack(user, out); }, true, opTimeout(opts.timeout));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
-    std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) {
-  checkTensor("alltoall_base", input, "input");
-  checkSame("alltoall_base", input, output, "output");
-  at::Tensor in = staged(input), user = output, out = staged(output);
-  int n = size_;
-  if (outputSplits.empty() && inputSplits.empty()) {
-    TORCH_CHECK(in.numel() == out.numel() && in.numel() % n == 0,
-                "papccl alltoall_base: input and output need the same size, a multiple of ", n,
-                " (got ", in.numel(), " and ", out.numel(), ")");
-    int64_t cnt = in.numel() / n;
-    return enqueue(
-        c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output},
-        [=](papcclComm_t c) {
-          call(papcclAlltoAll(in.data_ptr(), out.data_ptr(), cnt, dtypeOf(in), c, opStream()),
-               "papcclAlltoAll");
-        },
-        [=] { copyBack(user, out); }, true, opTimeout(opts.timeout));
-  }
-  c10d::checkSplitSizes(inputSplits, in, n);
-  c10d::checkSplitSizes(outputSplits, out, n);
-  std::vector<size_t> sendLen(n), sendOff(n), recvLen(n), recvOff(n);
-  c10d::computeLengthsAndOffsets(inputSplits, in, &sendLen, &sendOff);
-  c10d::computeLengthsAndOffsets(outputSplits, out, &recvLen, &recvOff);
-  int me = rank_;
-  TORCH_CHECK(sendLen[me] == recvLen[me], "papccl alltoall_base: this rank sends itself ",
-              sendLen[me], " elements but expects ", recvLen[me]);
-  std::vector<at::Tensor> ins, outs;  // each peer's part: contiguous views of the buffers
-  for (int p = 0; p < n; p++) {
-    ins.push_back(in.view(-1).narrow(0, (int64_t)sendOff[p], (int64_t)sendLen[p]));
-    outs.push_back(out.view(-1).narrow(0, (int64_t)recvOff[p], (int64_t)recvLen[p]));
-  }
-  return enqueue(
-      c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output},
-      [=](papcclComm_t c) { exchange(c, me, ins, outs); }, [=] { copyBack(user, out); }, false,
-      opTimeout(opts.timeout));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall(std::vector<at::Tensor>& outputs,
-                                                            std::vector<at::Tensor>& inputs,
-                                                            const c10d::AllToAllOptions& opts) {
-  int n = size_, me = rank_;
-  TORCH_CHECK((int)inputs.size() == n && (int)outputs.size() == n, "papccl alltoall: needs ", n,
-              " input and ", n, " output tensors, got ", inputs.size(), " and ", outputs.size());
-  for (int p = 0; p < n; p++) {
-    checkSame("alltoall", inputs[0], inputs[p], "an input tensor");
-    checkSame("alltoall", inputs[0], outputs[p], "an output tensor");
-  }
-  TORCH_CHECK(inputs[me].numel() == outputs[me].numel(), "papccl alltoall: this rank sends itself ",
-              inputs[me].numel(), " elements but expects ", outputs[me].numel());
-  std::vector<at::Tensor> ins, outs, users = outputs;
-  for (int p = 0; p < n; p++) {
-    ins.push_back(staged(inputs[p]));
-    outs.push_back(staged(outputs[p]));
-  }
-  return enqueue(
-      c10d::OpType::ALLTOALL, "alltoall", outputs,
-      [=](papcclComm_t c) { exchange(c, me, ins, outs); },
-      [=] {
-        for (int p = 0; p < n; p++)
-          copyBack(users[p], outs[p]);
-      },
-      false, opTimeout(opts.timeout));
-}
-
-// ---- Point to point -------------------------------------------------------------------------
-// As NCCL's: a send completes when its receiver has taken it; sends and receives run in the
-// order they were called, with the collectives. batch_isend_irecv runs its operations as one
-// papccl group, which completes them together whatever their order.
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::send(std::vector<at::Tensor>& tensors, int dst,
-                                                        int tag) {
-  (void)tag;  // papccl matches in order per peer, as NCCL; tags are not carried
-  checkOne("send", tensors);
-  checkRoot("send", dst, size_);
-  TORCH_CHECK(dst != rank_, "papccl send: rank ", rank_, " cannot send to itself");
-  at::Tensor buf = staged(tensors[0]);
-  return enqueue(
-      c10d::OpType::SEND, "send", tensors,
-      [=](papcclComm_t c) {
-        call(papcclSend(buf.data_ptr(), buf.numel(), dtypeOf(buf), dst, c, opStream()),
-             "papcclSend");
-      },
-      nullptr, false, timeout_);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::recv(std::vector<at::Tensor>& tensors, int src,
-                                                        int tag) {
-  (void)tag;
-  checkOne("recv", tensors);
-  checkRoot("recv", src, size_);
-  TORCH_CHECK(src != rank_, "papccl recv: rank ", rank_, " cannot receive from itself");
-  at::Tensor t = tensors[0], buf = staged(t);
-  return enqueue(
-      c10d::OpType::RECV, "recv", tensors,
-      [=](papcclComm_t c) {
-        call(papcclRecv(buf.data_ptr(), buf.numel(), dtypeOf(buf), src, c, opStream()),
-             "papcclRecv");
-      },
-      [=] { copyBack(t, buf); }, false, timeout_);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::recvAnysource(std::vector<at::Tensor>& tensors,
-                                                                 int tag) {
-  (void)tensors;
-  (void)tag;
-  fail("recv",
-       "receiving from any source is not supported (papccl, as NCCL, matches each "
-       "receive with one named peer); pass src");
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::barrier(const c10d::BarrierOptions& opts) {
-  // A one-byte allreduce: it completes on every rank only after every rank has entered it,
-  // and after every operation queued before it.
-  at::Tensor b = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
-  return enqueue(
-      c10d::OpType::BARRIER, "barrier", {},
-      [=](papcclComm_t c) {
-        call(papcclAllReduce(b.data_ptr(), b.data_ptr(), 1, papcclUint8, papcclSum, c, nullptr),
-             "papcclAllReduce");
-      },
-      nullptr, true, opTimeout(opts.timeout));
-}
 
 }  // namespace papccl_torch

@@ -71,7 +71,7 @@ PYBIND11_MODULE(_papccl_torch, m) {
     return v;
   });
 
-  py::class_<ProcessGroupPapccl, PAPCCL_TORCH_BASE, c10::intrusive_ptr<ProcessGroupPapccl>>(
+  py::class_<ProcessGroupPapccl, c10d::Backend, c10::intrusive_ptr<ProcessGroupPapccl>>(
       m, "ProcessGroupPapccl")
       .def(py::init([](const std::string& uid, int rank, int size, int64_t timeoutMs) {
              return c10::make_intrusive<ProcessGroupPapccl>(uid, rank, size,
@@ -105,7 +105,5 @@ PYBIND11_MODULE(_papccl_torch, m) {
           },
           py::arg("last"))
       .def("_abort", &ProcessGroupPapccl::abortComm, py::arg("why"),
-           py::call_guard<py::gil_scoped_release>())
-      .def("_shrink", &ProcessGroupPapccl::shrink, py::arg("exclude"), py::arg("abort"),
            py::call_guard<py::gil_scoped_release>());
 }
