@@ -11,6 +11,7 @@ set -euo pipefail
 # Needed by `meson setup/compile/test`, scripts/test.sh and scripts/demo.sh.
 required=(
   meson ninja-build pkg-config gcc g++ python3
+  python3-venv python3-dev  # the virtual environment with torch (scripts/setup-venv.sh)
   libgtest-dev libgmock-dev # GoogleTest suites
   libucx-dev                # ucx transport (built when found)
   libibverbs-dev            # ib transport (built when found)
@@ -23,10 +24,9 @@ required=(
 # Nice to have; a missing one is reported, never fatal. libgloo-dev: Gloo, for comparison
 # benchmarks (Debian 12 has it; some releases do not). python3-matplotlib: perf/plot.py.
 # ucx-utils: ucx_perftest, the transport's own limit in scripts/bench-hosts.sh.
-# python3-torch, libtorch-dev, pybind11-dev: the torch.distributed backend (python/papccl)
-# and its tests, with Debian's python3; python3-sklearn: the digits dataset of its example.
-optional=(libgloo-dev python3-matplotlib ucx-utils python3-torch libtorch-dev pybind11-dev
-  python3-sklearn)
+# PyTorch (the torch.distributed backend, python/papccl) comes from PyPI into the project's
+# virtual environment: scripts/setup-venv.sh, which scripts/test.sh runs.
+optional=(libgloo-dev python3-matplotlib ucx-utils)
 
 log() { echo "install-deps: $*"; }
 

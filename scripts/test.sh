@@ -4,7 +4,8 @@
 # its seconds, and the total.
 #
 # Landing tier (the default; what .ci/run runs, at most 40 minutes on a 2-core machine):
-#   deps, build (warnings are errors), test (every suite but soak, valgrind and torch-full; the matrix
+#   deps (Debian packages, and the project's virtual environment with torch), build (warnings
+#   are errors), test (every suite but soak, valgrind and torch-full; the matrix
 #   tests run a pairwise covering of their axes, PAPCCL_TEST_MATRIX=pairwise),
 #   asan-build + asan-test (ASan+UBSan, every suite but soak), tsan-build + tsan-test
 #   (ThreadSanitizer, the suites 'concurrency' and 'gpu-sim' but not 'tsan-full'), fuzz (every fuzzer 15 s; the
@@ -154,10 +155,21 @@ setup_dir() {
   fi
 }
 
-do_deps() { scripts/install-deps.sh; }
+# The project's virtual environment with PyPI's torch (scripts/setup-venv.sh): the plain
+# build's PyTorch backend and its tests use it, and must be built (-Dtorch=enabled).
+torch_python=""
+do_deps() {
+  scripts/install-deps.sh || return
+  torch_python=$(scripts/setup-venv.sh | tail -n 1)
+}
 
 do_build() {
-  setup_dir "$BUILD" || return
+  local torch_args=()
+  if [ -z "$torch_python" ] && [ "$skip_deps" = 1 ]; then
+    torch_python=${PAPCCL_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/papccl/venv}/bin/python3
+  fi
+  [ -x "$torch_python" ] && torch_args=(-Dtorch=enabled -Dtorch_python="$torch_python")
+  setup_dir "$BUILD" "${torch_args[@]}" || return
   meson compile -C "$BUILD" "${compile_args[@]}"
 }
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Train a small convolutional network on scikit-learn's handwritten digits (8x8 images,
-1,797 samples, shipped by Debian's python3-sklearn) with DistributedDataParallel on papccl.
+1,797 samples, shipped in scikit-learn's wheel) with DistributedDataParallel on papccl.
 
     python3 -m papccl.launch -n 4 python/examples/train_ddp.py
 
@@ -25,7 +25,7 @@ import papccl.torch as pt
 
 
 def load_digits():
-    from sklearn.datasets import load_digits as sk_digits  # Debian: python3-sklearn
+    from sklearn.datasets import load_digits as sk_digits  # scikit-learn (python/requirements-torch.txt)
     d = sk_digits()
     x = torch.tensor(d.data, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
     y = torch.tensor(d.target, dtype=torch.int64)

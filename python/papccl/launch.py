@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Starts N local ranks of a torch.distributed program (what torchrun does on one host; the
-torchrun of Debian 12's PyTorch 1.13 fails on Python 3.11 before it starts any rank).
+"""Starts N local ranks of a torch.distributed program (what torchrun does on one host,
+without torch's elastic agent).
 
     python3 -m papccl.launch -n 4 train.py [ARGS...]
 

@@ -7,7 +7,7 @@ For each N given (default 2), starts N processes of ``python3 SCRIPT ARGS`` with
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (a free port per job; PAPCCL_TEST_PORT2 another
 one, PAPCCL_TEST_DIR a folder of the job's own), and fails when any rank
 exits non-zero or the job outlives --timeout (then every rank is killed, and the output of
-each is shown). The interpreter is this one (Debian's python3, which has torch).
+each is shown). The interpreter is this one (the one that has torch).
 """
 import argparse
 import os
