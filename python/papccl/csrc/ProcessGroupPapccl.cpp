@@ -245,8 +245,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::endCoalescing() {
   auto last = queueCoalesced();
   if (last) return last;
   auto none = c10::make_intrusive<WorkPapccl>(rank_, c10d::OpType::COALESCED, "coalesced",
-                                              std::vector<at::Tensor>(),
-                                              std::vector<c10::Device>(), seq_.load());
+                                              std::vector<at::Tensor>(), std::vector<c10::Device>(),
+                                              seq_.load());
   none->complete(nullptr);
   return none;
 }
@@ -533,6 +533,5 @@ std::vector<ArrivalRecord> ProcessGroupPapccl::arrivalHistory(size_t last) {
   size_t n = std::min(last, history_.size());
   return std::vector<ArrivalRecord>(history_.end() - (std::ptrdiff_t)n, history_.end());
 }
-
 
 }  // namespace papccl_torch

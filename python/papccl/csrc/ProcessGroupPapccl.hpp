@@ -127,9 +127,9 @@ class ProcessGroupPapccl : public c10d::Backend {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
@@ -213,7 +213,7 @@ class ProcessGroupPapccl : public c10d::Backend {
   std::atomic<uint64_t> seq_{0};  // collectives issued (c10d's sequence number)
 
   std::mutex mu_;
-  std::condition_variable workCv_;   // the worker waits for a batch
+  std::condition_variable workCv_;  // the worker waits for a batch
   std::condition_variable watchCv_;  // the watchdog waits for a deadline
   std::deque<Batch> queue_;
   bool stop_ = false;
@@ -222,7 +222,7 @@ class ProcessGroupPapccl : public c10d::Backend {
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::milliseconds runningTimeout_{0};
   std::string runningName_;
-  bool aborted_ = false;    // comm_ was aborted or destroyed (freed): nothing may touch it
+  bool aborted_ = false;  // comm_ was aborted or destroyed (freed): nothing may touch it
   bool shrinking_ = false;  // a shrink uses comm_ outside mu_: the watchdog must not free it
   c10d::ErrorType error_ = c10d::ErrorType::SUCCESS;
 #if defined(PAPCCL_TORCH_CUDA)

@@ -45,9 +45,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::broadcast(std::vector<at::Ten
       c10d::OpType::BROADCAST, "broadcast", tensors,
       [=](papcclComm_t c) {
         Wire wb = moveWire(buf);
-        call(papcclBroadcast(buf.data_ptr(), buf.data_ptr(), wb.count, wb.type, root, c,
-                             opStream()),
-             "papcclBroadcast");
+        call(
+            papcclBroadcast(buf.data_ptr(), buf.data_ptr(), wb.count, wb.type, root, c, opStream()),
+            "papcclBroadcast");
       },
       [=] { copyBack(t, buf); }, true, opTimeout(opts.timeout));
 }
@@ -66,8 +66,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce(std::vector<at::Ten
         [=](papcclComm_t c) { allGather(c, buf, gathered); },
         [=] { bitwiseFold(red.kind, gathered, t, n); }, true, opTimeout(opts.timeout));
   }
-  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, reduceInto(red, buf, buf),
-                 [=] { copyBack(t, buf); }, true, opTimeout(opts.timeout));
+  return enqueue(
+      c10d::OpType::ALLREDUCE, "allreduce", tensors, reduceInto(red, buf, buf),
+      [=] { copyBack(t, buf); }, true, opTimeout(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allreduce_coalesced(
@@ -173,8 +174,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::_allgather_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  Where w{outputs.size() == 1 ? "allgather_into_tensor" : "allgather_into_tensor_coalesced",
-          rank_};
+  Where w{outputs.size() == 1 ? "allgather_into_tensor" : "allgather_into_tensor_coalesced", rank_};
   need(!inputs.empty() && inputs.size() == outputs.size(), w,
        "needs as many outputs as inputs, at least one (got " + std::to_string(outputs.size()) +
            " and " + std::to_string(inputs.size()) + ")");
@@ -190,8 +190,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allgather_into_tensor_coalesc
     outs.push_back(staged(outputs[i]));
   }
   return enqueue(
-      outputs.size() == 1 ? c10d::OpType::_ALLGATHER_BASE : c10d::OpType::COALESCED, w.op,
-      outputs,
+      outputs.size() == 1 ? c10d::OpType::_ALLGATHER_BASE : c10d::OpType::COALESCED, w.op, outputs,
       [=](papcclComm_t c) {
         if (ins.size() == 1) return allGather(c, ins[0], outs[0]);
         call(papcclGroupStart(), "papcclGroupStart");
@@ -326,8 +325,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::scatter(
       c10d::OpType::SCATTER, "scatter", outputs,
       [=](papcclComm_t c) {
         Wire wo = moveWire(out);
-        call(papcclScatter(flat.data_ptr(), out.data_ptr(), wo.count, wo.type, root, c,
-                           opStream()),
+        call(papcclScatter(flat.data_ptr(), out.data_ptr(), wo.count, wo.type, root, c, opStream()),
              "papcclScatter");
       },
       [=] { copyBack(user, out); }, true, opTimeout(opts.timeout));
@@ -377,8 +375,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::reduce_scatter_tensor_coalesc
   }
   Reduction red = reduction(w, opts.reduceOp, outputs[0]);
   int n = size_, me = rank_;
-  c10d::OpType type = outputs.size() == 1 ? c10d::OpType::_REDUCE_SCATTER_BASE
-                                          : c10d::OpType::COALESCED;
+  c10d::OpType type =
+      outputs.size() == 1 ? c10d::OpType::_REDUCE_SCATTER_BASE : c10d::OpType::COALESCED;
   if (red.bitwise) {
     std::vector<at::Tensor> gathered;
     for (const auto& in : ins)
@@ -467,9 +465,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::alltoall(std::vector<at::Tens
   Where w{"alltoall", rank_};
   int n = size_, me = rank_;
   need((int)inputs.size() == n && (int)outputs.size() == n, w,
-       "needs " + std::to_string(n) + " input and " + std::to_string(n) +
-           " output tensors, got " + std::to_string(inputs.size()) + " and " +
-           std::to_string(outputs.size()));
+       "needs " + std::to_string(n) + " input and " + std::to_string(n) + " output tensors, got " +
+           std::to_string(inputs.size()) + " and " + std::to_string(outputs.size()));
   for (int p = 0; p < n; p++) {
     checkSame(w, inputs[0], inputs[p], "an input tensor");
     checkSame(w, inputs[0], outputs[p], "an output tensor");

@@ -15,20 +15,47 @@ thread_local papcclStream_t tlsStream = nullptr;
 // papccl's type of a real dtype it computes on; false for the others.
 bool nativeType(at::ScalarType t, papcclDataType_t* out) {
   switch (t) {
-  case at::kFloat: *out = papcclFloat32; return true;
-  case at::kDouble: *out = papcclFloat64; return true;
-  case at::kHalf: *out = papcclFloat16; return true;
-  case at::kBFloat16: *out = papcclBfloat16; return true;
-  case at::kChar: *out = papcclInt8; return true;
-  case at::kByte: *out = papcclUint8; return true;
-  case at::kBool: *out = papcclUint8; return true;  // 0 or 1
-  case at::kInt: *out = papcclInt32; return true;
-  case at::kLong: *out = papcclInt64; return true;
-  case at::kUInt32: *out = papcclUint32; return true;
-  case at::kUInt64: *out = papcclUint64; return true;
-  case at::kFloat8_e4m3fn: *out = papcclFloat8e4m3; return true;
-  case at::kFloat8_e5m2: *out = papcclFloat8e5m2; return true;
-  default: return false;
+  case at::kFloat:
+    *out = papcclFloat32;
+    return true;
+  case at::kDouble:
+    *out = papcclFloat64;
+    return true;
+  case at::kHalf:
+    *out = papcclFloat16;
+    return true;
+  case at::kBFloat16:
+    *out = papcclBfloat16;
+    return true;
+  case at::kChar:
+    *out = papcclInt8;
+    return true;
+  case at::kByte:
+    *out = papcclUint8;
+    return true;
+  case at::kBool:
+    *out = papcclUint8;
+    return true;  // 0 or 1
+  case at::kInt:
+    *out = papcclInt32;
+    return true;
+  case at::kLong:
+    *out = papcclInt64;
+    return true;
+  case at::kUInt32:
+    *out = papcclUint32;
+    return true;
+  case at::kUInt64:
+    *out = papcclUint64;
+    return true;
+  case at::kFloat8_e4m3fn:
+    *out = papcclFloat8e4m3;
+    return true;
+  case at::kFloat8_e5m2:
+    *out = papcclFloat8e5m2;
+    return true;
+  default:
+    return false;
   }
 }
 
@@ -163,8 +190,8 @@ void withOp(const Reduction& red, const at::Tensor& like, papcclComm_t comm,
     fn(red.op);
     return;
   }
-  at::ScalarType real = like.is_complex() ? c10::toRealValueType(like.scalar_type())
-                                          : like.scalar_type();
+  at::ScalarType real =
+      like.is_complex() ? c10::toRealValueType(like.scalar_type()) : like.scalar_type();
   at::Tensor scalar = at::scalar_tensor(red.factor, at::TensorOptions().dtype(real));
   papcclRedOp_t op;
   call(papcclRedOpCreatePreMulSum(&op, scalar.data_ptr(), reduceWire(like).type,
