@@ -6,8 +6,9 @@
  * The version it claims is 2.27.7, not 2.28: 2.28 also brings the device API
  * (nccl_device.h), which papccl does not implement, and clients such as nccl-tests include
  * that header and switch features on when they see 2.28 at compile time or at run time.
- * Every 2.28 host function is declared and exported; those papccl does not implement
- * (window registration, the group simulation, the device API's host side) return
+ * Every 2.28 host function is declared and exported, and those of 2.29 and 2.30 that PyPI
+ * torch imports; those papccl does not implement (window registration, the group
+ * simulation, the device API's host side, growing, suspending, one-sided calls) return
  * ncclInvalidUsage with a reason in ncclGetLastError. Buffers may also be host memory (a papccl extension), so
  * NCCL programs run on machines without a GPU. */
 #ifndef NCCL_H_
@@ -54,6 +55,7 @@ extern "C" {
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct ncclComm* ncclComm_t;
 typedef struct ncclWindow_vidmem* ncclWindow_t;
@@ -96,6 +98,9 @@ typedef enum {
 #define NCCL_SHRINK_DEFAULT 0x00
 #define NCCL_SHRINK_ABORT 0x01
 #define NCCL_REVOKE_DEFAULT 0x00
+
+/* Flag of ncclCommSuspend (NCCL 2.29; papccl refuses suspension). */
+#define NCCL_SUSPEND_MEM 0x01
 
 /* Communicator configuration, NCCL 2.28's layout (80 bytes on x86-64) and struct tag. Start
  * from NCCL_CONFIG_INITIALIZER. papccl reads only the fields covered by `size`, so configs
@@ -235,14 +240,13 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t pncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t pncclCommAbort(ncclComm_t comm);
-/* Not implemented by papccl: returns ncclInvalidUsage. */
+/* papcclCommRevoke and papcclCommShrink, with NCCL 2.28's semantics. */
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                            ncclConfig_t* config);
 ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                             ncclConfig_t* config);
-/* Not implemented by papccl: returns ncclInvalidUsage. */
 ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                             ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
 ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
@@ -269,6 +273,34 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, n
                                      int winFlags);
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+
+/* ---- NCCL 2.29 and 2.30 additions ------------------------------------------------------- */
+/* Declared as in NVIDIA's 2.30 header, whose builds (PyPI torch) import them. Not implemented
+ * by papccl (each returns ncclInvalidUsage): growing a communicator, suspending one, window
+ * user pointers and one-sided puts and signals. ncclCommMemStats answers
+ * ncclStatGpuMemSuspend and ncclStatGpuMemSuspended (0: papccl never suspends) and refuses
+ * the two byte counts. */
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                          ncclComm_t* newcomm, ncclConfig_t* config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                           ncclComm_t* newcomm, ncclConfig_t* config);
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
+ncclResult_t pncclCommResume(ncclComm_t comm);
+
+typedef enum {
+  ncclStatGpuMemSuspend = 0,
+  ncclStatGpuMemSuspended = 1,
+  ncclStatGpuMemPersist = 2,
+  ncclStatGpuMemTotal = 3
+} ncclCommMemStat_t;
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
 
 /* ---- Custom reductions ----------------------------------------------------------------- */
 
@@ -342,6 +374,28 @@ ncclResult_t pncclGroupEnd(void);
 /* Not implemented by papccl: returns ncclInvalidUsage and leaves the group open. */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo);
+
+/* One-sided communication (NCCL 2.29 and 2.30): not implemented by papccl, ncclInvalidUsage. */
+ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
+                           ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                           unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
+                            ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                            unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                        cudaStream_t stream);
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                         cudaStream_t stream);
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} ncclWaitSignalDesc_t;
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
+                            cudaStream_t stream);
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
+                             cudaStream_t stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -532,6 +532,94 @@ NCCL_EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
 }
 NCCL_ALIAS(ncclGroupSimulateEnd);
 
+/* ---- NCCL 2.29 and 2.30 additions (PyPI torch imports them) --------------------------------- */
+
+/* papccl cannot add ranks to a live communicator (build a new one with ncclCommInitRank*).
+ * The id of ncclCommGetUniqueId serves only ncclCommGrow, so both refuse. */
+NCCL_EXPORT ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
+  (void)uniqueId;
+  return notImplemented(comm, "ncclCommGetUniqueId", "growing a communicator");
+}
+NCCL_ALIAS(ncclCommGetUniqueId);
+
+NCCL_EXPORT ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId,
+                                       int rank, ncclComm_t* newcomm, ncclConfig_t* config) {
+  (void)nRanks, (void)uniqueId, (void)rank, (void)config;
+  if (newcomm != NULL) *newcomm = NULL;
+  return notImplemented(comm, "ncclCommGrow", "growing a communicator");
+}
+NCCL_ALIAS(ncclCommGrow);
+
+/* papccl cannot release a communicator's memory and keep the communicator. */
+NCCL_EXPORT ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
+  (void)flags;
+  return notImplemented(comm, "ncclCommSuspend", "suspending a communicator");
+}
+NCCL_ALIAS(ncclCommSuspend);
+
+NCCL_EXPORT ncclResult_t pncclCommResume(ncclComm_t comm) {
+  return notImplemented(comm, "ncclCommResume", "suspending a communicator");
+}
+NCCL_ALIAS(ncclCommResume);
+
+/* What papccl knows: none of its memory can be suspended and it is never suspended (both 0).
+ * It does not count a communicator's GPU memory, so the two byte counts are refused. */
+NCCL_EXPORT ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat,
+                                           uint64_t* value) {
+  const char* fn = "ncclCommMemStats";
+  ncclResult_t res = RES(papCommEnter(COMM(comm), fn));
+  if (res != ncclSuccess) return res;
+  if (value == NULL) {
+    PAP_WARN("%s: value is NULL", fn);
+    res = ncclInvalidArgument;
+  } else if (stat == ncclStatGpuMemSuspend || stat == ncclStatGpuMemSuspended) {
+    *value = 0;
+  } else if (stat == ncclStatGpuMemPersist || stat == ncclStatGpuMemTotal) {
+    PAP_WARN("%s: %s is not implemented by papccl (it does not count a communicator's GPU memory)",
+             fn, stat == ncclStatGpuMemPersist ? "ncclStatGpuMemPersist" : "ncclStatGpuMemTotal");
+    res = ncclInvalidUsage;
+  } else {
+    PAP_WARN("%s: unknown stat %d", fn, (int)stat);
+    res = ncclInvalidArgument;
+  }
+  papCommLeave(COMM(comm));
+  return res;
+}
+NCCL_ALIAS(ncclCommMemStats);
+
+/* No window can exist (ncclCommWindowRegister is refused). */
+NCCL_EXPORT ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  (void)win;
+  if (outUserPtr != NULL) *outUserPtr = NULL;
+  return notImplemented(comm, "ncclWinGetUserPtr", "window registration");
+}
+NCCL_ALIAS(ncclWinGetUserPtr);
+
+/* One-sided communication (puts into a peer's window and signals). */
+NCCL_EXPORT ncclResult_t pncclPutSignal(const void* localbuff, size_t count,
+                                        ncclDataType_t datatype, int peer, ncclWindow_t peerWin,
+                                        size_t peerWinOffset, int sigIdx, int ctx,
+                                        unsigned int flags, ncclComm_t comm, cudaStream_t stream) {
+  (void)localbuff, (void)count, (void)datatype, (void)peer, (void)peerWin, (void)peerWinOffset;
+  (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+  return notImplemented(comm, "ncclPutSignal", "one-sided communication");
+}
+NCCL_ALIAS(ncclPutSignal);
+
+NCCL_EXPORT ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags,
+                                     ncclComm_t comm, cudaStream_t stream) {
+  (void)peer, (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+  return notImplemented(comm, "ncclSignal", "one-sided communication");
+}
+NCCL_ALIAS(ncclSignal);
+
+NCCL_EXPORT ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs,
+                                         ncclComm_t comm, cudaStream_t stream) {
+  (void)nDesc, (void)signalDescs, (void)stream;
+  return notImplemented(comm, "ncclWaitSignal", "one-sided communication");
+}
+NCCL_ALIAS(ncclWaitSignal);
+
 /* ---- Host functions of NCCL's device API (nccl_device.h) ----------------------------------- */
 
 /* papccl has no device-side API. These exist so that programs linked against NVIDIA's
@@ -599,3 +687,24 @@ NCCL_EXPORT int pncclLLA2ACalcSlots(int maxElts, int maxEltSize) {
   return 0;
 }
 NCCL_ALIAS(ncclLLA2ACalcSlots);
+
+/* Window pointers (nccl_device.h): no window can exist (ncclCommWindowRegister is refused). */
+NCCL_EXPORT ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset,
+                                                          void** outPtr);
+NCCL_EXPORT ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset,
+                                                          void** outPtr) {
+  (void)window, (void)offset;
+  if (outPtr != NULL) *outPtr = NULL;
+  return notImplemented(NULL, "ncclGetLsaMultimemDevicePointer", "NCCL's device API");
+}
+NCCL_ALIAS(ncclGetLsaMultimemDevicePointer);
+
+NCCL_EXPORT ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
+                                                   void** outPtr);
+NCCL_EXPORT ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
+                                                   void** outPtr) {
+  (void)window, (void)offset, (void)peer;
+  if (outPtr != NULL) *outPtr = NULL;
+  return notImplemented(NULL, "ncclGetPeerDevicePointer", "NCCL's device API");
+}
+NCCL_ALIAS(ncclGetPeerDevicePointer);
