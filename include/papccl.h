@@ -324,6 +324,18 @@ PAPCCL_API papcclResult_t papcclSend(const void* sendbuff, size_t count, papcclD
 PAPCCL_API papcclResult_t papcclRecv(void* recvbuff, size_t count, papcclDataType_t datatype,
                                      int peer, papcclComm_t comm, papcclStream_t stream);
 
+/* A receive from any source (MPI_ANY_SOURCE's job; NCCL has none): takes the next send to
+ * this rank of whichever peer's message is there first, and writes that peer's rank to
+ * *peer. Sends from one peer are received in the order they were sent; among peers whose
+ * messages wait, the one after the last peer matched goes first (round robin). The send
+ * must be of count elements of datatype, as for papcclRecv. Host buffers only (device
+ * memory: papcclInvalidUsage), not inside a group, count > 0; blocking: it waits (bounded
+ * by PAPCCL_TIMEOUT_S and abort, sleeping) until a message comes. On a non-blocking comm
+ * the match is made at the call (after the comm's queued operations) and the data moves
+ * as for papcclRecv. */
+PAPCCL_API papcclResult_t papcclRecvAny(void* recvbuff, size_t count, papcclDataType_t datatype,
+                                        int* peer, papcclComm_t comm, papcclStream_t stream);
+
 /* ---- Groups --------------------------------------------------------------------------- */
 
 /* Groups nest (thread-local depth). Operations issued inside are submitted together at the

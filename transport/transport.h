@@ -97,6 +97,11 @@ struct papTransportOps {
                           uint64_t tag, struct papReq** reqOut);
   papcclResult_t (*irecv)(struct papConn* conn, void* buf, size_t bytes, int memType, uint64_t tag,
                           const struct papRecvSink* sink, struct papReq** reqOut);
+  /* Optional: 1 when no receive is posted on conn and the next message to arrive on it has
+   * begun to (at least its first piece is here, or announced) and carries tag; else 0.
+   * Drives nothing (call progress). The receive from any source matches with it. NULL: the
+   * backend cannot tell, and a receive from any source is refused. */
+  int (*probe)(struct papConn* conn, uint64_t tag);
   /* Advances req; *doneOut = 1 when complete (then req is released). */
   papcclResult_t (*test)(struct papReq* req, int* doneOut, size_t* sizeOut);
   /* Drives background work; returns papcclSuccess or an error. */

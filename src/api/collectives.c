@@ -175,3 +175,54 @@ PAPCCL_API papcclResult_t papcclRecv(void* recvbuff, size_t count, papcclDataTyp
   describe(&d, comm, PAP_COLL_RECV, NULL, recvbuff, count, datatype, peer, stream);
   return collCommon(&d, "papcclRecv", 0, papcclSum, 0, 1, 0, 0);
 }
+
+/* What a receive from any source needs beyond papcclRecv's checks, before it waits. */
+static papcclResult_t anyCheck(struct papOpDesc* d, const char* fn, const int* peer) {
+  struct papComm* comm = d->comm;
+  if (peer == NULL) {
+    PAP_WARN("%s: peer is NULL (it receives the rank the message came from)", fn);
+    return papcclInvalidArgument;
+  }
+  if (papGroupDepth() > 0) {
+    PAP_WARN("%s: not inside a group (its peer must be known before the group's plan)", fn);
+    return papcclInvalidUsage;
+  }
+  if (comm->finalized || comm->tstate == NULL ||
+      atomic_load_explicit(&comm->revoked, memory_order_acquire)) {
+    PAP_WARN("%s: communicator is %s", fn,
+             comm->finalized        ? "finalized"
+             : comm->tstate == NULL ? "still initializing"
+                                    : "revoked");
+    return papcclInvalidUsage;
+  }
+  PAP_CHECK(papArgCheckType(fn, d->call.dtype));
+  if (d->call.count == 0) {
+    PAP_WARN("%s: count is 0 (a send of nothing sends no message to match)", fn);
+    return papcclInvalidArgument;
+  }
+  PAP_CHECK(papArgCheckCount(fn, d->call.count, d->call.dtype, 1));
+  PAP_CHECK(papArgCheckBuf(fn, "recvbuff", d->call.recvbuff, d->call.count, d->call.dtype, 1));
+  if (papDeviceAvailable()) {
+    d->recvBytes = d->call.count * papKernTypeSize(d->call.dtype);
+    if (papDeviceOpNeedsStream(d)) {
+      PAP_WARN("%s: recvbuff is device memory; a receive from any source takes host buffers", fn);
+      return papcclInvalidUsage;
+    }
+  }
+  return papcclSuccess;
+}
+
+PAPCCL_API papcclResult_t papcclRecvAny(void* recvbuff, size_t count, papcclDataType_t datatype,
+                                        int* peer, papcclComm_t comm, papcclStream_t stream) {
+  static const char fn[] = "papcclRecvAny";
+  struct papOpDesc d;
+  describe(&d, comm, PAP_COLL_RECV, NULL, recvbuff, count, datatype, 0, stream);
+  PAP_CHECK(papCommEnter(comm, fn));
+  papcclResult_t res = anyCheck(&d, fn, peer);
+  if (res == papcclSuccess) res = papRecvAnyMatch(comm, fn, peer);
+  papCommLeave(comm);
+  if (res != papcclSuccess) return res;
+  d.call.root = *peer;
+  d.recvBytes = 0;
+  return collCommon(&d, fn, 0, papcclSum, 0, 1, 0, 0);
+}

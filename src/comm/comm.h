@@ -71,6 +71,7 @@ struct papComm {
   uint64_t collSeq; /* next collective sequence number (same on every rank) */
   uint64_t* p2pSendCount; /* [nranks] messages sent to each peer (p2p tag matching) */
   uint64_t* p2pRecvCount;
+  int p2pAnyNext; /* the peer a receive from any source looks at first (round robin) */
   unsigned char key[16];
   uint64_t splitCount;
 

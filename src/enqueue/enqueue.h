@@ -22,6 +22,11 @@ papcclResult_t papArgCheckRank(struct papComm* comm, const char* fn, const char*
  * drives all of them together, sleeping when nothing moves. */
 papcclResult_t papRunOps(struct papOpDesc* ops, int nops);
 
+/* The receive from any source (anysource.c): waits until some peer's next send to this rank
+ * has begun to arrive and names that peer in *peerOut (peers in round-robin order from the
+ * one after the last match); the receive itself is then an ordinary papcclRecv from it. */
+papcclResult_t papRecvAnyMatch(struct papComm* comm, const char* fn, int* peerOut);
+
 /* Progress thread (progress.c). */
 papcclResult_t papProgressStart(struct papComm* comm);
 /* Queues job (its ops, or job->run) for the thread; returns papcclInProgress, or an error

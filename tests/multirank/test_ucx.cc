@@ -312,6 +312,44 @@ TEST_F(Ucx, ForcedIbFallsBackToUcx) {
 }
 #endif
 
+// A receive from any source over UCX (the probe is UCX's tag probe): rank 1 sends only after
+// rank 0's first receive from any source returned, so that one takes rank 2's message.
+TEST_F(Ucx, ReceiveFromAnySource) {
+  auto out = RunProcesses(
+      3,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, rk.rank);
+        ASSERT_NE(nullptr, rk.comm);
+        const size_t count = 40000;  // above UCX's eager limit over TCP: a rendezvous
+        std::vector<int32_t> buf(count, -1), one(1, 0);
+        auto val = [](int from, size_t i) { return (int32_t)(from * 7919 + (int32_t)i); };
+        if (rk.rank == 0) {
+          for (int want : {2, 1}) {
+            int peer = -1;
+            ASSERT_EQ(papcclSuccess,
+                      papcclRecvAny(buf.data(), count, papcclInt32, &peer, rk.comm, nullptr))
+                << papcclGetLastError(rk.comm);
+            EXPECT_EQ(want, peer);
+            for (size_t i = 0; i < count; i += 997)
+              ASSERT_EQ(val(peer, i), buf[i]) << "element " << i << " from rank " << peer;
+            if (want == 2) {
+              ASSERT_EQ(papcclSuccess, papcclSend(one.data(), 1, papcclInt32, 1, rk.comm, nullptr));
+            }
+          }
+        } else {
+          if (rk.rank == 1) {
+            ASSERT_EQ(papcclSuccess, papcclRecv(one.data(), 1, papcclInt32, 0, rk.comm, nullptr));
+          }
+          for (size_t i = 0; i < count; i++)
+            buf[i] = val(rk.rank, i);
+          ASSERT_EQ(papcclSuccess, papcclSend(buf.data(), count, papcclInt32, 0, rk.comm, nullptr));
+        }
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      OwnComms());
+  ExpectAllSucceeded(out, "receive from any source over ucx");
+}
+
 // Destroy is local, and a root can finish a broadcast before the others arrive. Over a
 // network the arrival board goes with rank 0's communicator, so rank 0 destroying right
 // after its broadcast must not make the late ranks' broadcast fail.

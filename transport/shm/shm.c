@@ -680,6 +680,15 @@ out:
   return res;
 }
 
+static int shmProbe(struct papConn* c, uint64_t tag) {
+  if (c->recvHead != NULL) return 0; /* the next piece belongs to a posted receive */
+  uint64_t tail = atomic_load_explicit(&c->inFifo->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&c->inFifo->head, memory_order_acquire);
+  if (tail == head) return 0;
+  const volatile struct shmMeta* m = &c->inMeta[tail % c->st->nslots];
+  return m->tag == tag;
+}
+
 static papcclResult_t shmTest(struct papReq* r, int* doneOut, size_t* sizeOut) {
   struct papConn* c = r->conn;
   if (!r->done) {
@@ -872,6 +881,7 @@ const struct papTransportOps papTransportShm = {
     .ready = shmReady,
     .isend = shmIsend,
     .irecv = shmIrecv,
+    .probe = shmProbe,
     .test = shmTest,
     .progress = shmProgress,
     .peerAlive = shmPeerAlive,

@@ -743,6 +743,16 @@ static papcclResult_t ucxIrecv(struct papConn* c, void* buf, size_t bytes, int m
   return papcclSuccess;
 }
 
+/* The message stays in the worker's unexpected queue (not removed): the receive that
+ * follows matches it by the same tag. */
+static int ucxProbe(struct papConn* c, uint64_t tag) {
+  ucp_tag_recv_info_t info;
+  pthread_mutex_lock(&c->st->wlock);
+  ucp_tag_message_h msg = ucp_tag_probe_nb(c->st->worker, ucxTag(c->peer, tag), UINT64_MAX, 0, &info);
+  pthread_mutex_unlock(&c->st->wlock);
+  return msg != NULL;
+}
+
 static papcclResult_t ucxTest(struct papReq* r, int* doneOut, size_t* sizeOut) {
   *doneOut = 0;
   ucs_status_t s = UCS_OK;
@@ -1237,6 +1247,7 @@ const struct papTransportOps papTransportUcx = {
     .ready = ucxReady,
     .isend = ucxIsend,
     .irecv = ucxIrecv,
+    .probe = ucxProbe,
     .test = ucxTest,
     .progress = ucxProgress,
     .peerAlive = ucxPeerAlive,
