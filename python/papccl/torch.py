@@ -54,6 +54,13 @@ def _create(opts, pg_options=None):
     # bounds that group's operations by its own timeout.
     if not os.environ.get("PAPCCL_TIMEOUT_S"):
         os.environ["PAPCCL_TIMEOUT_S"] = str(max(1, math.ceil(timeout_ms / 1000)))
+    # A new_group of a default group bound to a device (init_process_group(device_id=...)):
+    # torch passes the parent as split_from and has the ranks outside the new group call the
+    # parent's perform_nocolor_split, so the members split the parent too (papcclCommSplit
+    # needs every rank of the parent; the ranks are the default group's, which are global).
+    split_from = getattr(opts, "split_from", None)
+    if isinstance(split_from, ProcessGroupPapccl):
+        return split_from._split([int(r) for r in opts.global_ranks_in_group], timeout_ms)
     name = opts.group_id or "default"
     with _generation_lock:
         _generation[name] += 1

@@ -192,6 +192,14 @@ def test_noncontiguous():
     dist.all_gather(outs, (torch.arange(6, dtype=torch.float64).reshape(2, 3) + RANK))
     check(all(torch.equal(outs[r], torch.arange(6, dtype=torch.float64).reshape(2, 3) + r)
               for r in range(WORLD)), "all_gather into transposed outputs")
+    # all_gather_coalesced into strided outputs, and a bitwise op on a strided tensor.
+    outs = [[torch.empty(3, 2, dtype=torch.int32).t() for _ in range(WORLD)]]
+    dist.all_gather_coalesced(outs, [torch.arange(6, dtype=torch.int32).reshape(2, 3) * (RANK + 1)])
+    check(all(torch.equal(outs[0][r], torch.arange(6, dtype=torch.int32).reshape(2, 3) * (r + 1))
+              for r in range(WORLD)), "all_gather_coalesced into transposed outputs")
+    b = (torch.full((3, 2), 1 << RANK, dtype=torch.int64)).t()
+    dist.all_reduce(b, op=dist.ReduceOp.BOR)
+    check(torch.equal(b, torch.full((2, 3), (1 << WORLD) - 1, dtype=torch.int64)), "BOR on a strided view")
 
 
 def test_coalesced_and_p2p():
@@ -220,7 +228,24 @@ def test_coalesced_and_p2p():
             else:
                 dist.recv(t, src)
                 check(torch.equal(t, torch.full((7,), float(src * 3))), "send/recv from %d" % src)
-        expect_error(lambda: dist.recv(torch.empty(2)), ["papccl", "any source"], "recv from any source")
+        # recv(src=None): rank 0 takes every other rank's message in whatever order they come;
+        # the returned rank must name the sender of the data that arrived. Then each rank
+        # sends twice more; per sender the messages come in order.
+        if RANK == 0:
+            got = []
+            for _ in range(3 * (WORLD - 1)):
+                t = torch.empty(11, dtype=torch.int64)
+                src = dist.recv(t)
+                check(torch.equal(t[1:], torch.full((10,), src * 100 + int(t[0]), dtype=torch.int64)),
+                      "recv(src=None) data matches its source %d" % src)
+                got.append((src, int(t[0])))
+            for p in range(1, WORLD):
+                check([k for s, k in got if s == p] == [0, 1, 2], "recv(src=None) order from %d" % p)
+        else:
+            for k in range(3):
+                t = torch.full((11,), RANK * 100 + k, dtype=torch.int64)
+                t[0] = k
+                dist.send(t, 0)
     dist.barrier()
 
 

@@ -27,7 +27,6 @@ from torch.testing._internal.common_distributed import DistTestCases  # noqa: E4
 DistTestCases.backend_feature["plugin"].add("papccl")
 DistTestCases.backend_feature["ddp"].add("papccl")
 DistTestCases.backend_feature["subgroup"].add("papccl")
-DistTestCases.skip_collective["sendrecv anysource"].add("papccl")
 
 import logging  # noqa: E402
 

@@ -42,6 +42,14 @@ std::vector<at::Tensor> WorkPapccl::result() {
   return outputs_;
 }
 
+int WorkPapccl::sourceRank() const {
+  if (!source_) return c10d::Work::sourceRank();
+  int src = source_->load(std::memory_order_acquire);
+  TORCH_CHECK(src >= 0, "papccl recv on rank ", rank_,
+              ": the source rank is known only once the receive is done (wait for it first)");
+  return src;
+}
+
 c10::intrusive_ptr<c10::ivalue::Future> WorkPapccl::getFuture() {
   return future_;
 }
@@ -175,7 +183,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::enqueue(c10d::OpType type, co
     std::lock_guard<std::mutex> lock(mu_);
     if (shutDown_) fail(name, "the group was shut down (destroy_process_group)");
   }
-  uint64_t seq = collective ? ++seq_ : seq_.load();
+  // c10d's sequence number counts the collectives, as NCCL's process group does: every op
+  // but sends, receives and splits, whether or not papccl keeps an arrival record of it
+  // (all-to-all runs as sends and receives, and counts).
+  const bool counted = type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+                       type != c10d::OpType::RECVANYSOURCE && type != c10d::OpType::UNKNOWN;
+  uint64_t seq = counted ? ++seq_ : seq_.load();
   auto work = c10::make_intrusive<WorkPapccl>(rank_, type, name, outputs, std::move(devices), seq);
   Op op{work, std::move(issue), std::move(finish), collective};
   {

@@ -50,12 +50,19 @@ class WorkPapccl : public c10d::Work {
   const char* name() const {
     return name_;
   }
+  // recv from any source: the sender's rank, filled in by the receive. sourceRank() throws
+  // until the receive is done, and on any other op (as c10d's base does).
+  void setSource(std::shared_ptr<std::atomic<int>> source) {
+    source_ = std::move(source);
+  }
+  int sourceRank() const override;
 
  private:
   const char* name_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   uint64_t seq_;
+  std::shared_ptr<std::atomic<int>> source_;
 };
 
 // A queued operation in two phases: issue calls papccl (inside a papccl group when the
@@ -191,8 +198,8 @@ class ProcessGroupPapccl : public c10d::Backend {
   void abortComm(const std::string& why);
 
  private:
-  // Queues one op (or adds it to the coalesced batch); its Work. Collective ops take the
-  // next sequence number.
+  // Queues one op (or adds it to the coalesced batch); its Work. Every op but point to
+  // point and split takes the next sequence number; `collective`: it has an arrival record.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
                                          std::vector<at::Tensor> outputs,
                                          std::function<void(papcclComm_t)> issue,

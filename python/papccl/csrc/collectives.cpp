@@ -251,7 +251,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allgather_coalesced(
           for (const auto& l : outs) {
             int64_t nb = (int64_t)l[r].nbytes();
             at::Tensor part = flat.narrow(0, off, nb);
-            l[r].view(-1).view(at::kByte).copy_(part);
+            // The bytes land in a contiguous tensor of the output's dtype (the output
+            // itself unless it is strided).
+            at::Tensor dst =
+                l[r].is_contiguous() ? l[r] : at::empty_like(l[r], at::MemoryFormat::Contiguous);
+            dst.view(-1).view(at::kByte).copy_(part);
+            copyBack(l[r], dst);
             off += nb;
           }
         }
@@ -373,7 +378,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::reduce_scatter_tensor_coalesc
     ins.push_back(staged(inputs[i]));
     outs.push_back(staged(outputs[i]));
   }
+  // Each pair may have its own dtype: the op must be valid for each (a pre-multiplied sum
+  // is made in each one's dtype).
   Reduction red = reduction(w, opts.reduceOp, outputs[0]);
+  for (size_t i = 1; i < outputs.size(); i++)
+    reduction(w, opts.reduceOp, outputs[i]);
   int n = size_, me = rank_;
   c10d::OpType type =
       outputs.size() == 1 ? c10d::OpType::_REDUCE_SCATTER_BASE : c10d::OpType::COALESCED;
@@ -398,18 +407,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::reduce_scatter_tensor_coalesc
   return enqueue(
       type, w.op, outputs,
       [=](papcclComm_t c) {
-        withOp(red, ins[0], c, [&](papcclRedOp_t op) {
-          if (ins.size() > 1) call(papcclGroupStart(), "papcclGroupStart");
-          papcclResult_t res = papcclSuccess;
-          for (size_t i = 0; i < ins.size() && res == papcclSuccess; i++) {
+        auto one = [&](size_t i) {
+          // papccl reads a pre-multiplied sum's factor when the call is queued: the op may go
+          // before the group ends.
+          withOp(red, ins[i], c, [&](papcclRedOp_t op) {
             Wire wo = reduceWire(outs[i]);
-            res = papcclReduceScatter(ins[i].data_ptr(), outs[i].data_ptr(), wo.count, wo.type, op,
-                                      c, opStream());
-          }
-          papcclResult_t end = ins.size() > 1 ? papcclGroupEnd() : papcclSuccess;
-          call(res, "papcclReduceScatter");
-          call(end, "papcclGroupEnd");
-        });
+            call(papcclReduceScatter(ins[i].data_ptr(), outs[i].data_ptr(), wo.count, wo.type, op,
+                                     c, opStream()),
+                 "papcclReduceScatter");
+          });
+        };
+        if (ins.size() == 1) return one(0);
+        call(papcclGroupStart(), "papcclGroupStart");
+        try {
+          for (size_t i = 0; i < ins.size(); i++)
+            one(i);
+        } catch (...) {
+          papcclGroupEnd();
+          throw;
+        }
+        call(papcclGroupEnd(), "papcclGroupEnd");
       },
       [=] {
         for (size_t i = 0; i < users.size(); i++)
@@ -528,13 +545,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::recv(std::vector<at::Tensor>&
       [=] { copyBack(t, buf); }, false, timeout());
 }
 
+// recv(src=None): papcclRecvAny takes the message of whichever peer sent first (per peer in
+// order, round robin among the peers whose message is there) into host memory; a CUDA
+// tensor is received into a host tensor and copied after. The Work's sourceRank() names the
+// sender once the receive is done.
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                  int tag) {
-  (void)tensors;
   (void)tag;
-  fail("recv",
-       "receiving from any source (src=None) is not supported yet: papccl, as NCCL, matches "
-       "each receive with one named peer; pass src");
+  Where w{"recv", rank_};
+  checkOne(w, tensors, "tensor");
+  need(size_ > 1, w, "a group of one rank has no peer to receive from");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    need(!coalescing_, w,
+         "a receive from any source (src=None) cannot be part of a coalesced batch "
+         "(batch_isend_irecv needs each peer)");
+  }
+  at::Tensor t = tensors[0];
+  at::Tensor buf = t.is_cpu() ? staged(t) : at::empty(t.sizes(), t.options().device(at::kCPU));
+  auto source = std::make_shared<std::atomic<int>>(-1);
+  auto work = enqueue(
+      c10d::OpType::RECVANYSOURCE, "recv", tensors,
+      [=](papcclComm_t c) {
+        Wire wb = moveWire(buf);
+        int peer = -1;
+        call(papcclRecvAny(buf.data_ptr(), wb.count, wb.type, &peer, c, nullptr), "papcclRecvAny");
+        source->store(peer, std::memory_order_release);
+      },
+      [=] { copyBack(t, buf); }, false, timeout());
+  c10::static_intrusive_pointer_cast<WorkPapccl>(work)->setSource(source);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::barrier(const c10d::BarrierOptions& opts) {

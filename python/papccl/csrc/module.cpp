@@ -105,5 +105,29 @@ PYBIND11_MODULE(_papccl_torch, m) {
           },
           py::arg("last"))
       .def("_abort", &ProcessGroupPapccl::abortComm, py::arg("why"),
-           py::call_guard<py::gil_scoped_release>());
+           py::call_guard<py::gil_scoped_release>())
+      // new_group on a default group bound to a device (init_process_group(device_id=...)):
+      // torch hands the members' creator the parent as split_from (papccl.torch then calls
+      // _split) and has every other rank call perform_nocolor_split, as it does for NCCL's.
+      .def(
+          "_split",
+          [](ProcessGroupPapccl& pg, const std::vector<int>& ranks, int64_t timeoutMs) {
+            c10::intrusive_ptr<c10d::Backend> child;
+            {
+              py::gil_scoped_release nogil;
+              child = pg.split(c10::intrusive_ptr<c10d::Store>(), ranks,
+                               c10::make_intrusive<c10d::Backend::Options>(
+                                   "papccl", std::chrono::milliseconds(timeoutMs)));
+            }
+            return c10::static_intrusive_pointer_cast<ProcessGroupPapccl>(child);
+          },
+          py::arg("ranks"), py::arg("timeout_ms"))
+      .def(
+          "perform_nocolor_split",
+          [](ProcessGroupPapccl& pg, const py::object& device) {
+            (void)device;  // one communicator serves every device of the group
+            py::gil_scoped_release nogil;
+            pg.split(c10::intrusive_ptr<c10d::Store>(), {}, nullptr);
+          },
+          py::arg("device"));
 }

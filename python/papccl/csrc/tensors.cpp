@@ -217,7 +217,7 @@ void bitwiseFold(c10d::ReduceOp::RedOpType kind, const at::Tensor& gathered, con
     else
       acc.bitwise_xor_(gathered[r]);
   }
-  out.view(-1).copy_(acc.view(-1));
+  out.copy_(acc.view(out.sizes()));  // out may be strided (a user's tensor)
 }
 
 at::Tensor staged(const at::Tensor& t) {

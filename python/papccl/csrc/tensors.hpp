@@ -72,7 +72,8 @@ Reduction reduction(const Where& w, const c10d::ReduceOp& rop, const at::Tensor&
 // Runs fn(op) with red's papccl op, making and freeing a pre-multiplied sum around it.
 void withOp(const Reduction& red, const at::Tensor& like, papcclComm_t comm,
             const std::function<void(papcclRedOp_t)>& fn);
-// Folds the nranks rows of gathered (nranks x n) into out with a bitwise op.
+// Folds the nranks rows of gathered (nranks x n) into out (n elements, any strides) with a
+// bitwise op.
 void bitwiseFold(c10d::ReduceOp::RedOpType kind, const at::Tensor& gathered, const at::Tensor& out,
                  int nranks);
 
