@@ -4,9 +4,8 @@ shipped in torch's wheel) against the papccl backend.
 
 usage: WORLD_SIZE=N torch_suite.py [unittest options, e.g. -k PATTERN]
 
-Declares papccl a plugin backend with DDP support to the suite (DistTestCases), names what
-papccl does not implement (receive from any source), and runs the
-suite's test class with papccl as BACKEND: each test spawns N ranks through file:// init.
+Declares papccl a plugin backend with DDP and subgroup support to the suite (DistTestCases)
+and runs the suite's test class with papccl as BACKEND: each test spawns N ranks through file:// init.
 Tests for GPUs, for other backends, or for features the suite reserves to gloo and NCCL
 skip with the suite's own reason.
 """
