@@ -192,11 +192,14 @@ def test_noncontiguous():
     dist.all_gather(outs, (torch.arange(6, dtype=torch.float64).reshape(2, 3) + RANK))
     check(all(torch.equal(outs[r], torch.arange(6, dtype=torch.float64).reshape(2, 3) + r)
               for r in range(WORLD)), "all_gather into transposed outputs")
-    # all_gather_coalesced into strided outputs, and a bitwise op on a strided tensor.
-    outs = [[torch.empty(3, 2, dtype=torch.int32).t() for _ in range(WORLD)]]
-    dist.all_gather_coalesced(outs, [torch.arange(6, dtype=torch.int32).reshape(2, 3) * (RANK + 1)])
-    check(all(torch.equal(outs[0][r], torch.arange(6, dtype=torch.int32).reshape(2, 3) * (r + 1))
-              for r in range(WORLD)), "all_gather_coalesced into transposed outputs")
+    # all_gather_coalesced (outs[r][i]: rank r's input i) of two inputs of different
+    # shapes, into strided outputs; and a bitwise op on a strided tensor.
+    ins = [torch.arange(6, dtype=torch.int32).reshape(2, 3) * (RANK + 1), torch.full((5,), RANK + 7, dtype=torch.int32)]
+    outs = [[torch.empty(3, 2, dtype=torch.int32).t(), torch.empty(10, dtype=torch.int32)[::2]] for _ in range(WORLD)]
+    dist.all_gather_coalesced(outs, ins)
+    check(all(torch.equal(outs[r][0], torch.arange(6, dtype=torch.int32).reshape(2, 3) * (r + 1)) and
+              torch.equal(outs[r][1], torch.full((5,), r + 7, dtype=torch.int32)) for r in range(WORLD)),
+          "all_gather_coalesced of two inputs into strided outputs")
     b = (torch.full((3, 2), 1 << RANK, dtype=torch.int64)).t()
     dist.all_reduce(b, op=dist.ReduceOp.BOR)
     check(torch.equal(b, torch.full((2, 3), (1 << WORLD) - 1, dtype=torch.int64)), "BOR on a strided view")

@@ -28,6 +28,7 @@ DistTestCases.backend_feature["ddp"].add("papccl")
 DistTestCases.backend_feature["subgroup"].add("papccl")
 
 import logging  # noqa: E402
+import unittest  # noqa: E402
 
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
@@ -41,6 +42,14 @@ class TestPapcclBackend(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
         self._spawn_processes()
+
+    if os.environ["BACKEND"] == "papccl":
+        # DDP's logger records ProcessGroup::getBackendName(), which for every plugin
+        # backend (c10d BackendType::CUSTOM) is "custom", while dist.get_backend() says
+        # "papccl"; the test compares the two. Nothing a backend can change.
+        @unittest.skip("torch's DDP logger names every plugin backend 'custom'")
+        def test_ddp_logging_data_cpu(self):
+            pass
 
 
 if __name__ == "__main__":

@@ -214,23 +214,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   Where w{"allgather_coalesced", rank_};
-  need(!inputs.empty() && outputs.size() == inputs.size(), w,
-       "needs one output list per input tensor (got " + std::to_string(outputs.size()) +
-           " lists for " + std::to_string(inputs.size()) + " inputs)");
+  // outputs[r][i]: rank r's input i, as gloo's and torch's documentation have it.
+  need(!inputs.empty(), w, "needs at least one input tensor");
+  need((int)outputs.size() == size_, w,
+       "needs one output list per rank (got " + std::to_string(outputs.size()) +
+           " lists, the group has " + std::to_string(size_) + " ranks)");
+  for (int r = 0; r < size_; r++)
+    need(outputs[r].size() == inputs.size(), w,
+         "output list " + std::to_string(r) + " has " + std::to_string(outputs[r].size()) +
+             " tensors, one per input needs " + std::to_string(inputs.size()));
   // One flat gather of every input's bytes (inputs may differ in dtype and size), then each
-  // rank's part is split back into the output lists.
+  // rank's part is split back into its output list.
   std::vector<at::Tensor> bytes;
   int64_t per = 0;
   for (size_t i = 0; i < inputs.size(); i++) {
     checkTensor(w, inputs[i], "an input tensor");
-    need((int)outputs[i].size() == size_, w,
-         "output list " + std::to_string(i) + " has " + std::to_string(outputs[i].size()) +
-             " tensors, the group " + std::to_string(size_) + " ranks");
-    for (const auto& o : outputs[i]) {
+    for (int r = 0; r < size_; r++) {
+      const at::Tensor& o = outputs[r][i];
       checkSame(w, inputs[i], o, "an output tensor");
       need(o.numel() == inputs[i].numel(), w,
-           "an output tensor of list " + std::to_string(i) + " has " + std::to_string(o.numel()) +
-               " elements, its input " + std::to_string(inputs[i].numel()));
+           "output " + std::to_string(i) + " of rank " + std::to_string(r) + "'s list has " +
+               std::to_string(o.numel()) + " elements, its input " +
+               std::to_string(inputs[i].numel()));
     }
     bytes.push_back(staged(inputs[i]).view(-1).view(at::kByte));
     per += (int64_t)inputs[i].nbytes();
@@ -248,15 +253,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPapccl::allgather_coalesced(
       [=] {
         for (int r = 0; r < n; r++) {
           int64_t off = (int64_t)r * per;
-          for (const auto& l : outs) {
-            int64_t nb = (int64_t)l[r].nbytes();
+          for (const at::Tensor& o : outs[r]) {
+            int64_t nb = (int64_t)o.nbytes();
             at::Tensor part = flat.narrow(0, off, nb);
             // The bytes land in a contiguous tensor of the output's dtype (the output
             // itself unless it is strided).
             at::Tensor dst =
-                l[r].is_contiguous() ? l[r] : at::empty_like(l[r], at::MemoryFormat::Contiguous);
+                o.is_contiguous() ? o : at::empty_like(o, at::MemoryFormat::Contiguous);
             dst.view(-1).view(at::kByte).copy_(part);
-            copyBack(l[r], dst);
+            copyBack(o, dst);
             off += nb;
           }
         }
