@@ -27,6 +27,8 @@ DistTestCases.backend_feature["plugin"].add("papccl")
 DistTestCases.backend_feature["ddp"].add("papccl")
 DistTestCases.backend_feature["subgroup"].add("papccl")
 
+import atexit  # noqa: E402
+import collections  # noqa: E402
 import logging  # noqa: E402
 import unittest  # noqa: E402
 
@@ -36,6 +38,48 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
 
 # The suite logs every process start at INFO; keep the verbose result lines readable.
 logging.getLogger().setLevel(logging.WARNING)
+
+
+# A summary at exit: passed, failed, and the skips grouped by reason (the verbose lines are
+# interleaved with the ranks' logs). PAPCCL_SUITE_REPORT=FILE also writes one line per test.
+_results = []
+
+
+def _record(kind):
+    def wrap(orig):
+        def f(self, test, *rest):
+            reason = rest[0] if kind == "skipped" and rest else ""
+            _results.append((test.id().rsplit(".", 1)[-1], kind, str(reason)))
+            return orig(self, test, *rest)
+        return f
+    for name, k in (("addSuccess", "ok"), ("addSkip", "skipped"), ("addError", "error"),
+                    ("addFailure", "failed"), ("addUnexpectedSuccess", "failed")):
+        if k == kind:
+            setattr(unittest.TextTestResult, name, wrap(getattr(unittest.TextTestResult, name)))
+
+
+for _k in ("ok", "skipped", "error", "failed"):
+    _record(_k)
+
+
+@atexit.register
+def _summary():
+    if not _results:
+        return
+    counts = collections.Counter(k for _, k, _ in _results)
+    print("\n==== %s, %s ranks: %s" % (os.environ["BACKEND"], os.environ["WORLD_SIZE"],
+                                       ", ".join("%s %d" % kv for kv in sorted(counts.items()))),
+          file=sys.stderr)
+    for reason, n in collections.Counter(r for _, k, r in _results if k == "skipped").most_common():
+        print("  skipped %3d: %s" % (n, reason), file=sys.stderr)
+    for name, k, _ in _results:
+        if k in ("error", "failed"):
+            print("  %s: %s" % (k, name), file=sys.stderr)
+    out = os.environ.get("PAPCCL_SUITE_REPORT")
+    if out:
+        with open(out, "w") as f:
+            for row in _results:
+                f.write("\t".join(row) + "\n")
 
 
 class TestPapcclBackend(TestDistBackend, DistributedTest._DistTestBase):
