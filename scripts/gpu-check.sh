@@ -5,7 +5,8 @@
 # sources (GTEST_SRC, the googletest/ folder of a GoogleTest source tree) and runs them
 # (kernels; collectives on device buffers in stream order, with stream memory operations
 # and with the kernel fallback), runs the drop-in libnccl.so.2 under an NCCL program and
-# under PyTorch (when installed), then the host perf binaries. Results go to OUTDIR
+# under PyTorch's ProcessGroupNCCL (when torch is installed), builds the papccl backend
+# against that torch and runs it on CUDA tensors, then the host perf binaries. Results go to OUTDIR
 # (default ./gpu-check-out), the short table to OUTDIR/summary.txt. QUICK=1 skips the
 # kernel-fallback pass.
 set -euo pipefail
@@ -22,7 +23,7 @@ log "machine: $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version,memor
 log "nvcc: $(nvcc --version | tail -1)"
 MESON="meson"
 command -v meson >/dev/null || MESON="python3 -m mesonbuild.mesonmain"
-$MESON setup "$B" -Dgpu_archs="$ARCH" -Dtests=disabled -Dbuildtype=release -Ducx=disabled -Dverbs=disabled >"$OUTDIR/setup.log" 2>&1
+$MESON setup "$B" -Dgpu_archs="$ARCH" -Dtests=disabled -Dbuildtype=release -Ducx=disabled -Dverbs=disabled -Dtorch=disabled >"$OUTDIR/setup.log" 2>&1
 t0=$(date +%s)
 ninja -C "$B" >"$OUTDIR/build.log" 2>&1
 log "library + perf built for sm_$ARCH in $(( $(date +%s) - t0 )) s"
@@ -68,8 +69,24 @@ if python3 -c "import torch, torch.distributed" 2>/dev/null; then
     timeout 300 python3 scripts/gpu-torch-check.py >"$OUTDIR/torch.txt" 2>&1 &&
     log "PyTorch check passed" || log "PyTorch check FAILED"
   grep -E "^rank|PASS|FAILED|Error" "$OUTDIR/torch.txt" | head -20 | tee -a "$OUTDIR/summary.txt" || true
+  # The papccl backend itself, built against this torch (the same build folder, only the
+  # extension is new), on CUDA tensors: 2 ranks sharing the GPU.
+  log "papccl torch.distributed backend on CUDA tensors (torch $(python3 -c 'import torch; print(torch.__version__)'), 2 processes, one GPU)"
+  t0=$(date +%s)
+  if $MESON configure "$B" -Dtorch=enabled -Dtorch_python="$(command -v python3)" >"$OUTDIR/torch-setup.log" 2>&1 &&
+    ninja -C "$B" >"$OUTDIR/torch-build.log" 2>&1; then
+    log "backend built in $(( $(date +%s) - t0 )) s"
+    PYTHONPATH="$B/python" OMP_NUM_THREADS=1 timeout 300 python3 scripts/gpu-torch-backend.py \
+      >"$OUTDIR/torch-backend.txt" 2>&1 && log "papccl backend check passed" ||
+      log "papccl backend check FAILED"
+    grep -E "^rank|PASS|FAILED|Error" "$OUTDIR/torch-backend.txt" | head -30 | tee -a "$OUTDIR/summary.txt" || true
+  else
+    log "papccl backend build FAILED (torch-setup.log, torch-build.log)"
+    grep -E "error|ERROR" "$OUTDIR/torch-setup.log" "$OUTDIR/torch-build.log" | head -10 |
+      tee -a "$OUTDIR/summary.txt" || true
+  fi
 else
-  log "PyTorch not found: its check is skipped"
+  log "PyTorch not found: its checks are skipped"
 fi
 
 log "host perf on this machine (memory floor, then papccl allreduce 2/4/8 ranks)"
