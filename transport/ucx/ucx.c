@@ -748,7 +748,8 @@ static papcclResult_t ucxIrecv(struct papConn* c, void* buf, size_t bytes, int m
 static int ucxProbe(struct papConn* c, uint64_t tag) {
   ucp_tag_recv_info_t info;
   pthread_mutex_lock(&c->st->wlock);
-  ucp_tag_message_h msg = ucp_tag_probe_nb(c->st->worker, ucxTag(c->peer, tag), UINT64_MAX, 0, &info);
+  ucp_tag_message_h msg =
+      ucp_tag_probe_nb(c->st->worker, ucxTag(c->peer, tag), UINT64_MAX, 0, &info);
   pthread_mutex_unlock(&c->st->wlock);
   return msg != NULL;
 }
