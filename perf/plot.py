@@ -10,10 +10,11 @@ DIR/tail.png (tail after the last arrival against skew, per pattern and library)
 --timeline, DIR/timeline.png (ranks as rows: arrival, start of own work, completion); with
 --hosts, DIR/hosts.png (time per call, balanced, and tail after the late host's arrival,
 against size, per library; one panel per late host when several runs are given); with
---ddp, DIR/ddp.png (DDP step time of papccl and gloo per bucket size and straggler delay,
-one panel per rank count; the cells.tsv of perf/torch/ddp_bench.py)."""
+--ddp, DIR/ddp.png (DDP and FSDP2 step time of papccl and gloo per bucket size and straggler
+delay, one panel per kind and rank count; the cells.tsv of perf/torch/ddp_bench.py)."""
 import argparse
 import os
+import re
 import statistics
 import sys
 
@@ -169,31 +170,45 @@ def hosts_plot(paths, out):
 
 
 def ddp_plot(paths, out):
-    cells = {}  # (ranks, bucket, delay, backend) -> step ms of each round
+    """Step time of papccl and gloo per cell: one panel per kind (DDP, FSDP2; rows) and rank
+    count (columns). Files of the torch 1.13 benchmark (7 columns, no kind) are DDP."""
+    cells, cpus = {}, set()  # (kind, ranks, bucket, delay, backend) -> step ms of each round
     for path in paths:
         with open(path) as f:
             for line in f:
                 c = line.rstrip("\n").split("\t")
-                if len(c) < 7 or line.startswith("#"):
+                if line.startswith("#"):
+                    m = re.search(r"(\d+) CPUs", line)
+                    cpus.update([int(m.group(1))] if m else [])
                     continue
-                cells.setdefault((int(c[6]), float(c[2]), float(c[3]), c[1]), []).append(float(c[4]))
+                if len(c) < 7:
+                    continue
+                kind = c[7] if len(c) > 7 else "ddp"
+                key = (kind, int(c[6]), c[2], float(c[3]), c[1])
+                cells.setdefault(key, []).append(float(c[4]))
     if not cells:
         sys.exit("plot.py: no DDP cells in " + " ".join(paths))
-    ranks = sorted({k[0] for k in cells})
-    fig, axes = plt.subplots(1, len(ranks), figsize=(5.5 * len(ranks), 4.2), squeeze=False)
-    for ax, n in zip(axes[0], ranks):
-        keys = sorted({(k[1], k[2]) for k in cells if k[0] == n})
-        xs = range(len(keys))
-        for off, be in ((-0.2, "papccl"), (0.2, "gloo")):
-            ys = [statistics.median(cells.get((n, b, d, be), [float("nan")])) for b, d in keys]
-            ax.bar([x + off for x in xs], ys, width=0.4, label=be)
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels(["%g MiB\n+%g ms" % k for k in keys], fontsize=8)
-        ax.set_xlabel("DDP bucket size, straggler's extra data-loading time")
-        ax.set_ylabel("step time (ms, median)")
-        ax.set_title(f"DDP, {n} ranks on 2 CPUs")
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
+    kinds = sorted({k[0] for k in cells}, key=lambda k: k != "ddp")
+    ranks = sorted({k[1] for k in cells})
+    on = " on %d CPUs" % cpus.pop() if len(cpus) == 1 else ""
+    fig, axes = plt.subplots(len(kinds), len(ranks), figsize=(5.5 * len(ranks), 4.0 * len(kinds)),
+                             squeeze=False)
+    for row, kind in zip(axes, kinds):
+        for ax, n in zip(row, ranks):
+            keys = sorted({(k[2], k[3]) for k in cells if k[:2] == (kind, n)},
+                          key=lambda k: (float(k[0]) if k[0] != "-" else 0, k[1]))
+            xs = range(len(keys))
+            for off, be in ((-0.2, "papccl"), (0.2, "gloo")):
+                ys = [statistics.median(cells.get((kind, n, b, d, be), [float("nan")])) for b, d in keys]
+                ax.bar([x + off for x in xs], ys, width=0.4, label=be)
+            ax.set_xticks(list(xs))
+            ax.set_xticklabels([("+%g ms" % d if b == "-" else "%s MiB\n+%g ms" % (b, d)) for b, d in keys],
+                               fontsize=8)
+            ax.set_xlabel(("DDP bucket size, " if kind == "ddp" else "") + "straggler's extra compute")
+            ax.set_ylabel("step time (ms, median)")
+            ax.set_title("%s, %d ranks%s" % ("DDP" if kind == "ddp" else "FSDP2", n, on))
+            ax.grid(True, axis="y", alpha=0.3)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "ddp.png"), dpi=110)
     plt.close(fig)
@@ -205,7 +220,7 @@ def main():
     ap.add_argument("--timeline")
     ap.add_argument("--hosts", nargs="+",
                     help="cells.tsv of scripts/bench-hosts.sh --out DIR (several: one per late host)")
-    ap.add_argument("--ddp", nargs="+", help="cells.tsv of perf/torch/ddp_bench.py (several: one per rank count)")
+    ap.add_argument("--ddp", nargs="+", help="cells.tsv of perf/torch/ddp_bench.py (several: one per rank count, or run.sh's)")
     ap.add_argument("--out", default=".")
     ap.add_argument("--ranks", type=int, help="rank count to plot (default: the first in the cells)")
     a = ap.parse_args()
