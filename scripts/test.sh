@@ -6,7 +6,8 @@
 # Landing tier (the default; what .ci/run runs, at most 40 minutes on a 2-core machine):
 #   deps (Debian packages, and the project's virtual environment with torch), build (warnings
 #   are errors), test (every suite but soak, valgrind and torch-full; the matrix
-#   tests run a pairwise covering of their axes, PAPCCL_TEST_MATRIX=pairwise),
+#   tests run a pairwise covering of their axes, PAPCCL_TEST_MATRIX=pairwise), pip
+#   (scripts/pip-check.sh: pip install of the wheel into a fresh environment, 2 ranks on it),
 #   asan-build + asan-test (ASan+UBSan, every suite but soak), tsan-build + tsan-test
 #   (ThreadSanitizer, the suites 'concurrency' and 'gpu-sim' but not 'tsan-full'), fuzz (every fuzzer 15 s; the
 #   corpus replay runs in the plain and ASan test stages), format. Where nvcc is found every
@@ -55,7 +56,7 @@ for arg in "$@"; do
   --skip-format) format_mode=skip ;;
   --format=*) format_mode=${arg#--format=} ;;
   -h | --help)
-    sed -n '3,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '3,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -187,6 +188,22 @@ run_tests() {
 
 do_test() { run_tests "$BUILD" "${plain_skip[@]}"; }
 
+# The wheel (build-wheel/) installed into a fresh environment beside the project's, which
+# must have torch and meson-python; pip_missing says why not when it has not.
+venv_python() {
+  echo "${torch_python:-${PAPCCL_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/papccl/venv}/bin/python3}"
+}
+pip_missing() {
+  local py
+  py=$(venv_python)
+  if [ ! -x "$py" ]; then
+    echo "no torch virtual environment: scripts/setup-venv.sh makes it"
+  elif ! "$py" -c 'import torch, mesonpy' 2>/dev/null; then
+    echo "$py lacks torch or meson-python: scripts/setup-venv.sh installs them"
+  fi
+}
+do_pip() { PAPCCL_VENV=$(dirname "$(dirname "$(venv_python)")") scripts/pip-check.sh; }
+
 do_asan_build() {
   setup_dir "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false \
     -Dbuildtype=debugoptimized -Dcuda="${PAPCCL_SANITIZER_CUDA:-auto}" || return
@@ -289,6 +306,8 @@ if stage build do_build; then
 else
   skipped test "build failed"
 fi
+pip_why=$(pip_missing)
+if [ -n "$pip_why" ]; then skipped pip "$pip_why"; else stage pip do_pip || true; fi
 if [ "$skip_asan" = 1 ]; then
   skipped asan-build "asked"
   skipped asan-test "asked"
