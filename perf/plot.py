@@ -220,7 +220,8 @@ def main():
     ap.add_argument("--timeline")
     ap.add_argument("--hosts", nargs="+",
                     help="cells.tsv of scripts/bench-hosts.sh --out DIR (several: one per late host)")
-    ap.add_argument("--ddp", nargs="+", help="cells.tsv of perf/torch/ddp_bench.py (several: one per rank count, or run.sh's)")
+    ap.add_argument("--ddp", nargs="+",
+                    help="cells.tsv of perf/torch/ddp_bench.py (several: one per rank count, or run.sh's)")
     ap.add_argument("--out", default=".")
     ap.add_argument("--ranks", type=int, help="rank count to plot (default: the first in the cells)")
     a = ap.parse_args()

@@ -21,8 +21,9 @@ communication is the layer (an all-gather before its forward and its backward, a
 reduce-scatter of its gradient), so its cells have bucket "-".
 
 Rank 0 writes DIR/cells.tsv (round, backend, bucket MiB or -, delay ms, step ms, papccl's
-median tail over the timed collectives in us, ranks, kind) and, for every papccl DDP cell with a straggler, the arrival pattern of the
-last round's timed allreduces as DIR/trace-b{bucket}-d{delay}.txt (``--arrival trace:FILE``).
+median tail over the timed collectives in us, ranks, kind) and, for every papccl DDP cell
+with a straggler, the arrival pattern of the last round's timed allreduces as
+DIR/trace-b{bucket}-d{delay}.txt (``--arrival trace:FILE``).
 ``--profile`` then runs, per kind, the cell with the largest straggler and bucket once more on
 each backend under torch.profiler and writes rank 0's and the straggler's profile (phases,
 papccl's record of its collectives, operator table) as
@@ -270,12 +271,15 @@ def parse():
     ap.add_argument("--delays", default="0,2,20", help="the straggler's extra compute, ms per step")
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=2, help="samples per rank and step (small: the step is mostly communication)")
+    ap.add_argument("--batch", type=int, default=2,
+                    help="samples per rank and step (small: the step is mostly communication)")
     ap.add_argument("--profile", action="store_true",
                     help="after the rounds, profile one cell per kind and backend (see profile)")
-    ap.add_argument("--profile-ranks", default="0,-1", help="ranks whose profiles are kept (-1: the straggler)")
+    ap.add_argument("--profile-ranks", default="0,-1",
+                    help="ranks whose profiles are kept (-1: the straggler)")
     ap.add_argument("--out", default=".")
-    ap.add_argument("--table", nargs="+", metavar="CELLS_TSV", help="print the markdown table of these files and exit")
+    ap.add_argument("--table", nargs="+", metavar="CELLS_TSV",
+                    help="print the markdown table of these files and exit")
     return ap.parse_args()
 
 

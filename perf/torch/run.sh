@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # perf/README.md's PyTorch benchmark in one command: what carries gloo's allreduce
 # (gloo_transport.py), then DDP and FSDP2 step time on papccl against gloo at 2 and 4 ranks
-# (ddp_bench.py), the markdown table and the plot. About 6 minutes on 2 busy cores.
+# (ddp_bench.py), the markdown table and the plot. About 6 minutes on 2 cores.
 #
 # usage: perf/torch/run.sh [OUT]        (default: a new directory under /tmp)
 #   BUILD=build     a build with -Dtorch=enabled (its python/ holds the backend)
