@@ -55,3 +55,10 @@ def run(tests):
 
 def init(**kw):
     dist.init_process_group("papccl", init_method="env://", rank=RANK, world_size=WORLD, **kw)
+
+
+def sgd_weight_sum(lr, momentum, steps):
+    """How much one step's gradient moves the parameters after `steps` steps of SGD with
+    momentum, summed over the steps: step k's gradient enters every later update with weight
+    lr * momentum**j. A bound on what an error of e in every step's gradient does: e times it."""
+    return lr * sum((1 - momentum ** (steps - k)) / (1 - momentum) for k in range(steps))
