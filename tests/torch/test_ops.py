@@ -11,6 +11,8 @@ import time
 import torch
 import torch.distributed as dist
 
+import papccl.torch
+
 from common import RANK, WORLD, check, expect_error, init, run
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
@@ -346,19 +348,25 @@ def test_objects():
 
 def test_reinit():
     """Destroy and make the default group again in this process, through file:// and
-    tcp:// (the first init was env://)."""
-    def again(method, what):
+    tcp:// (the first init was env://), and with the per-device backend string."""
+    def again(method, what, backend="papccl"):
         dist.barrier()
         dist.destroy_process_group()
-        dist.init_process_group("papccl", init_method=method, rank=RANK, world_size=WORLD,
+        dist.init_process_group(backend, init_method=method, rank=RANK, world_size=WORLD,
                                 timeout=datetime.timedelta(seconds=60))
         t = torch.full((9,), float(RANK))
         dist.all_reduce(t)
         check(torch.equal(t, torch.full((9,), float(sum(range(WORLD))))), "allreduce after re-init " + what)
-        check(dist.get_backend() == "papccl", "backend after re-init " + what)
+        check(dist.get_backend() == backend, "backend after re-init %s: %s" % (what, dist.get_backend()))
+        pg = dist.group.WORLD._get_backend(torch.device("cpu"))
+        check(isinstance(pg, papccl.torch.ProcessGroupPapccl), "cpu backend after re-init %s: %r"
+              % (what, pg))
 
     again("file://%s/store" % os.environ["PAPCCL_TEST_DIR"], "through file://")
     again("tcp://127.0.0.1:%s" % os.environ["PAPCCL_TEST_PORT2"], "through tcp://")
+    # One papccl backend serves both device types (torch makes one when they name the same).
+    again("file://%s/store2" % os.environ["PAPCCL_TEST_DIR"], "as cpu:papccl,cuda:papccl",
+          "cpu:papccl,cuda:papccl")
 
 
 if __name__ == "__main__":
