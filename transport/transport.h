@@ -68,6 +68,7 @@ struct papRecvSink {
 };
 
 struct papTransportOps {
+  /* The backend's name: what PAPCCL_TRANSPORT names and the logs print. */
   const char* name;
   /* Someone must drive the backend even while no operation runs (rank 0 serves the message
    * board's requests; UCX sends what it buffered only in progress): the comm's progress
@@ -163,7 +164,9 @@ struct papTransportOps {
    * engine's thread. They must not write into the caller's buffers once the call returns:
    * cancel them (a receive already under way finishes first, bounded). */
   void (*abandon)(void* state);
+  /* Ends one connection. No caller yet: finalize ends every connection. */
   void (*close)(struct papConn* conn);
+  /* Frees what init made, its connections included (the comm's teardown). */
   void (*finalize)(void* state);
 };
 

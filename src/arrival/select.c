@@ -13,8 +13,8 @@
 
 #define PAP_SEL_CHECK 4
 /* A bucket's first samples are start-up: page faults on first touch of the buffers and
- * transport state set up on first use gave 0.2-2 ms of skew and tail on the 2-core host
- * (4 ranks, 64 KiB), ten times the steady state; they feed no estimate. */
+ * transport state set up on first use inflate skew and tail many times over (docs/PAP-ENGINE.md
+ * section 13); they feed no estimate. */
 #define PAP_SEL_WARMUP 4
 
 static int bucketOf(size_t bytes) {
@@ -173,8 +173,8 @@ int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op, int 
   int f = forcedAlgo();
   if (f == PAP_ALGO_RING || f == PAP_ALGO_RHD) return 0;
   if (f != PAP_ALGO_AUTO || !comm->arrival->msg) return 1;
-  /* A message board costs a round trip to rank 0 before the plan is known (3 hosts over
-   * TCP: ~150 us on an 8-byte allreduce of ~150). While the last commit of this size chose a
+  /* A message board costs a round trip to rank 0 before the plan is known, as much as a
+   * small allreduce itself over TCP (docs/PAP-ENGINE.md section 13). While the last commit of this size chose a
    * classic plan and did not ask to keep watching, only every PAPCCL_PAP_PROBE-th call asks
    * the decider (and measures the arrivals for the selector); the others plan classic alone,
    * as the decider would. Every rank counts the same calls and reads the same commits, so
@@ -255,9 +255,8 @@ static void observeTail(struct papSelBucket* b, int m, double tailNs) {
   b->tailWin[m][(k - 1) % PAP_SEL_TAIL_WIN] = (float)tailNs;
 }
 
-/* The median of a mode's last tails (up to PAP_SEL_TAIL_WIN): one slow call (3 hosts, one
- * 5 ms late, 16 MiB: AC2S tails 33-37 ms with one of 84 among them) must not make a plan
- * that pays look worse than the classic one (40-48 ms). */
+/* The median of a mode's last tails (up to PAP_SEL_TAIL_WIN): one slow call must not make a
+ * plan that pays look worse than the classic one (docs/PAP-ENGINE.md section 13). */
 static double tailMedian(const struct papSelBucket* b, int m) {
   uint32_t have = b->tailN[m] > 0 ? b->tailN[m] - 1 : 0;
   if (have > PAP_SEL_TAIL_WIN) have = PAP_SEL_TAIL_WIN;

@@ -189,9 +189,9 @@ static inline void papCommSetError(struct papComm* comm, papcclResult_t res) {
 
 /* Whether the comm's progress thread drives the transport while no operation runs: the
  * backend asks for it (ucx: rank 0 serves the message board's requests in its worker's
- * progress, and every rank's worker sends the bytes it buffered only in progress: a rank
- * that went idle right after its last eager send completed, without that, left a peer
- * waiting for them; seen as hangs of 5-rank allreduces between namespaces). */
+ * progress, and every rank's worker sends the bytes it buffered only in progress: without
+ * that, a rank that goes idle right after its last eager send leaves a peer waiting for
+ * them, docs/PAP-ENGINE.md section 13). */
 static inline int papCommIdleDriven(const struct papComm* c) {
   return c->tops != NULL && c->tops->idleProgress;
 }

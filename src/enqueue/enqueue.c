@@ -210,9 +210,8 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
       continue;
     }
     /* Cheap polls first (a peer is usually about to act), but where ranks outnumber CPUs
-     * every empty poll yields: the peer we wait for may be waiting for our CPU (3 ranks on
-     * 2 CPUs over UCX, 8 B allreduce: 220 us with a yield every 64 polls, 46 us with one
-     * every poll). */
+     * every empty poll yields: the peer we wait for may be waiting for our CPU
+     * (docs/PAP-ENGINE.md section 13). */
     if ((++polls & (w.yield ? 0u : 63u)) != 0) continue;
     uint64_t now = papNowNs();
     if (spinFresh) {

@@ -27,8 +27,8 @@ static void runJob(struct papComm* comm, struct papJob* job) {
  *   BACKEND  in the backend's wait, as its poller; an operation that starts wakes it;
  *   BELL     on the bell while operations drive; the last one to end rings it.
  * An operation wakes or rings the thread only in the sleep that needs it: doing both on every
- * call (an eventfd write and a futex wake) doubled an 8 B allreduce of 3 ranks on 2 CPUs
- * (200 us against 95). The thread publishes its sleep, then looks at `driving`; an operation
+ * call (an eventfd write and a futex wake) doubles a small allreduce's time (docs/PAP-ENGINE.md
+ * section 13). The thread publishes its sleep, then looks at `driving`; an operation
  * changes `driving`, then looks at the sleep (both sequentially consistent): one of the two
  * sees the other. */
 static void idleDrive(struct papComm* comm, uint32_t tok) {

@@ -126,9 +126,9 @@ struct ucxState {
   int callState; /* 0 waiting, 1 replied, 2 the home has no board yet */
   /* Bounce buffers of sink receives, kept for reuse (a fresh one of a few hundred KiB is an
    * mmap, page faults and a munmap per message): at most UCX_POOL_MAX, under reqLock. A
-   * plan posts many at once (AC2S, 16 MiB in 256 KiB chunks: 64): with room for 32, the rest
-   * were freed and faulted in again on every call (3 hosts, one 5 ms late, AC2S 16 MiB tail
-   * 80 -> 30 ms with room for 256). The byte cap bounds the memory. */
+   * plan posts many at once (AC2S, 16 MiB in 256 KiB chunks: 64), and a pool smaller than
+   * that frees and faults in the rest on every call (docs/PAP-ENGINE.md section 13). The
+   * byte cap bounds the memory. */
   struct ucxBuf* pool;
   int poolCount;
   size_t poolBytes;
@@ -453,8 +453,8 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
    * the receiver to progress (a sleeping rank wakes for it). The plans send messages of at
    * most a chunk (PAPCCL_CHUNK_SIZE): send those eagerly, each in one TCP segment of UCX's
    * (a message in several segments that a cut link interrupts leaves UCX a receive it can
-   * neither finish nor cancel). 3 hosts over TCP: 64 KiB allreduce 1,100 -> 450-620 us,
-   * 16 MiB 62 -> 45-50 ms. Any of these UCX_* variables in the environment wins. */
+   * neither finish nor cancel; figures in docs/PAP-ENGINE.md section 13). Any of these UCX_*
+   * variables in the environment wins. */
   if (getenv("UCX_RNDV_THRESH") == NULL && getenv("UCX_TCP_TX_SEG_SIZE") == NULL &&
       getenv("UCX_TCP_RX_SEG_SIZE") == NULL && tcpOnly()) {
     int64_t chunk = papParamChunkSize();
