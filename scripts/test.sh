@@ -76,7 +76,7 @@ esac
 if [ "$tier" = full ]; then
   export PAPCCL_TEST_MATRIX=${PAPCCL_TEST_MATRIX:-full}
   plain_skip=()
-  asan_skip=()
+  asan_skip=(--no-suite guard)
   tsan_only=()
   tsan_perf=true
   fuzz_seconds=${PAPCCL_FUZZ_SECONDS:-60}
@@ -84,7 +84,7 @@ else
   # The matrix tests run a pairwise covering of their axes (tests/multirank/harness.h, FullMatrix).
   export PAPCCL_TEST_MATRIX=${PAPCCL_TEST_MATRIX:-pairwise}
   plain_skip=(--no-suite soak --no-suite valgrind --no-suite torch-full)
-  asan_skip=(--no-suite soak)
+  asan_skip=(--no-suite soak --no-suite guard)
   tsan_only=(--suite concurrency --suite gpu-sim --no-suite tsan-full)
   tsan_perf=false # those suites run no perf binary
   fuzz_seconds=${PAPCCL_FUZZ_SECONDS:-15}
