@@ -256,6 +256,62 @@ PAPCCL_API papcclResult_t papcclScatter(const void* sendbuff, void* recvbuff, si
                                         papcclDataType_t datatype, int root, papcclComm_t comm,
                                         papcclStream_t stream);
 
+/* ---- Per-collective configuration (NCCL 2.32's nccl<Coll>Config) ----------------------- */
+
+/* What one call may ask of papccl's choice of plan. Start from PAPCCL_COLLCONFIG_INITIALIZER;
+ * papccl reads the fields covered by `size`. `algo` is a papcclPapAlgo_t the call must run,
+ * or papcclPapAlgoNone for papccl's own choice (PAPCCL_ALGO, then the selector):
+ *   AllReduce: Ring, Rhd (classic), Ac2s, Chain, Small (PAP-aware), Pap (the selector's
+ *              choice, as PAPCCL_ALGO=pap gives it);
+ *   Broadcast, Reduce, AllGather, ReduceScatter: Ring (the classic plan), Pap (the PAP plan);
+ *   AlltoAll, Gather, Scatter: papcclPapAlgoNone only (one plan each).
+ * Any other value is papcclInvalidArgument. PAPCCL_DETERMINISTIC=1 keeps its canonical plan
+ * whatever `algo` says. Every rank must pass the same `algo` for a collective. */
+typedef struct papcclCollConfig {
+  size_t size;
+  unsigned int magic; /* PAPCCL_CONFIG_MAGIC */
+  unsigned int version;
+  int algo;
+} papcclCollConfig_t;
+
+#define PAPCCL_COLLCONFIG_INITIALIZER \
+  { sizeof(papcclCollConfig_t), PAPCCL_CONFIG_MAGIC, PAPCCL_VERSION_CODE, 0 }
+
+/* The collectives above with a configuration (NULL: as without one). */
+PAPCCL_API papcclResult_t papcclAllReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                                papcclDataType_t datatype, papcclRedOp_t op,
+                                                papcclComm_t comm, papcclStream_t stream,
+                                                const papcclCollConfig_t* config);
+PAPCCL_API papcclResult_t papcclBroadcastConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                                papcclDataType_t datatype, int root,
+                                                papcclComm_t comm, papcclStream_t stream,
+                                                const papcclCollConfig_t* config);
+PAPCCL_API papcclResult_t papcclReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                             papcclDataType_t datatype, papcclRedOp_t op, int root,
+                                             papcclComm_t comm, papcclStream_t stream,
+                                             const papcclCollConfig_t* config);
+PAPCCL_API papcclResult_t papcclAllGatherConfig(const void* sendbuff, void* recvbuff,
+                                                size_t sendcount, papcclDataType_t datatype,
+                                                papcclComm_t comm, papcclStream_t stream,
+                                                const papcclCollConfig_t* config);
+PAPCCL_API papcclResult_t papcclReduceScatterConfig(const void* sendbuff, void* recvbuff,
+                                                    size_t recvcount, papcclDataType_t datatype,
+                                                    papcclRedOp_t op, papcclComm_t comm,
+                                                    papcclStream_t stream,
+                                                    const papcclCollConfig_t* config);
+PAPCCL_API papcclResult_t papcclAlltoAllConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                               papcclDataType_t datatype, papcclComm_t comm,
+                                               papcclStream_t stream,
+                                               const papcclCollConfig_t* config);
+PAPCCL_API papcclResult_t papcclGatherConfig(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                             papcclDataType_t datatype, int root, papcclComm_t comm,
+                                             papcclStream_t stream,
+                                             const papcclCollConfig_t* config);
+PAPCCL_API papcclResult_t papcclScatterConfig(const void* sendbuff, void* recvbuff,
+                                              size_t recvcount, papcclDataType_t datatype, int root,
+                                              papcclComm_t comm, papcclStream_t stream,
+                                              const papcclCollConfig_t* config);
+
 /* ---- Process-arrival-pattern (PAP) telemetry -------------------------------------------- */
 
 /* Per-rank arrays cover the first PAPCCL_PAP_STATS_MAX_RANKS ranks. */

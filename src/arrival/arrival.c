@@ -993,7 +993,7 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
     q.sig = papArrivalSignature(&op->call);
     q.root = op->call.root;
   }
-  if (decided && papSelectForcedAlgo() != PAP_ALGO_CHAIN) {
+  if (decided && papSelectForcedAlgo(op) != PAP_ALGO_CHAIN) {
     struct papSelChoice ch = papSelect(comm, op);
     if (!ch.wait && ch.algo > PAP_ALGO_AUTO && ch.algo < PAP_ALGO_COUNT)
       q.b |= HM_PROPOSE | ((uint64_t)(ch.algo | (ch.watch ? PAP_W_WATCH_BIT : 0)) << 8);

@@ -238,8 +238,9 @@ int papFlatPeerAt(struct papComm* comm, uint64_t cseq, int* rankOut, uint64_t* s
  * expects the last arrival (op->arr.ctx, op->arr.due; 0: no wait worth predicting), then
  * sig joins the recent history. papArrivalComplete learns from the op's stamps. */
 void papArrivalPredict(struct papComm* comm, struct papOpDesc* op, uint64_t sig);
-/* The algorithm PAPCCL_ALGO forces (PAP_ALGO_AUTO: none). */
-int papSelectForcedAlgo(void);
+/* The algorithm op must run: its own (papcclCollConfig_t), else PAPCCL_ALGO's
+ * (PAP_ALGO_AUTO: none). */
+int papSelectForcedAlgo(const struct papOpDesc* op);
 /* Completion: stamps, statistics, selector; papcclInvalidUsage when the board marks a
  * board op mismatched (a peer made another call: WARN), and when not every rank has arrived
  * yet, its check is left pending (papArrivalCheckMismatch). */

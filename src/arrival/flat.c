@@ -71,7 +71,7 @@ int papFlatEligible(const struct papComm* comm, const struct papOpDesc* op) {
   if (op->call.count * papKernTypeSize(op->call.dtype) > ps->flatCap) return 0;
   /* A forced algorithm and the deterministic mode (one canonical tree at every size) keep
    * their plans; so do ops the device arena takes. Every rank decides alike. */
-  if (papSelectForcedAlgo() != PAP_ALGO_AUTO || papParamDeterministic()) return 0;
+  if (papSelectForcedAlgo(op) != PAP_ALGO_AUTO || papParamDeterministic()) return 0;
   if (papAlgoArenaEligible(&op->call, &comm->engine)) return 0;
   return 1;
 }

@@ -124,13 +124,13 @@ static int forcedAlgo(void) {
   return algo;
 }
 
-int papSelectForcedAlgo(void) {
-  return forcedAlgo();
+int papSelectForcedAlgo(const struct papOpDesc* op) {
+  return op->forcedAlgo != PAP_ALGO_AUTO ? op->forcedAlgo : forcedAlgo();
 }
 
-/* The classic allreduce: PAPCCL_ALGO=ring|rhd, else by size. */
-static int classicAllReduce(size_t bytes) {
-  int f = forcedAlgo();
+/* The classic allreduce: the call's or PAPCCL_ALGO's ring or rhd, else by size. */
+static int classicAllReduce(const struct papOpDesc* op, size_t bytes) {
+  int f = papSelectForcedAlgo(op);
   return f == PAP_ALGO_RING || f == PAP_ALGO_RHD ? f : (int)papAlgoClassicAllReduce(bytes);
 }
 
@@ -147,13 +147,13 @@ void papSelectLocal(const struct papComm* comm, struct papOpDesc* op) {
     op->call.commit.algo = PAP_ALGO_AC2S_DET;
     return;
   }
-  int f = forcedAlgo();
+  int f = papSelectForcedAlgo(op);
   if ((f == PAP_ALGO_AC2S || f == PAP_ALGO_SMALL) && papParamPap()) {
     op->call.commit.algo = f; /* over all ranks in rank order: no commit needed */
     return;
   }
   /* The chain needs the arrival order: inside a group it runs the classic plan. */
-  op->call.commit.algo = classicAllReduce(bytes);
+  op->call.commit.algo = classicAllReduce(op, bytes);
 }
 
 static struct papSelBucket* bucketFor(struct papComm* comm, const struct papOpDesc* op) {
@@ -170,7 +170,7 @@ int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op, int 
   if (det && (op->call.coll == PAP_COLL_REDUCE || op->call.coll == PAP_COLL_REDUCESCATTER))
     return 0;
   if (!papParamPap()) return 0;
-  int f = forcedAlgo();
+  int f = papSelectForcedAlgo(op);
   if (f == PAP_ALGO_RING || f == PAP_ALGO_RHD) return 0;
   if (f != PAP_ALGO_AUTO || !comm->arrival->msg) return 1;
   /* A message board costs a round trip to rank 0 before the plan is known, as much as a
@@ -204,7 +204,7 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) 
    * the bucket is young: a size that starts with a straggler switches within its first
    * dozen calls instead of a dozen probes. */
   c.watch = bucketFor(comm, op)->samples < PAP_SEL_WARMUP + 2 * PAP_SEL_CHECK;
-  int forced = forcedAlgo();
+  int forced = papSelectForcedAlgo(op);
   int pap = forced == PAP_ALGO_AC2S || forced == PAP_ALGO_SMALL || forced == PAP_ALGO_CHAIN ||
             forced == PAP_ALGO_ARRIVAL;
   if (op->call.coll != PAP_COLL_ALLREDUCE) {
@@ -217,7 +217,7 @@ struct papSelChoice papSelect(struct papComm* comm, const struct papOpDesc* op) 
     }
     return c;
   }
-  c.algo = classicAllReduce(bytes);
+  c.algo = classicAllReduce(op, bytes);
   c.wait = 0;
   if (papParamDeterministic()) {
     c.algo = PAP_ALGO_AC2S_DET;

@@ -35,6 +35,7 @@ struct papOpDesc {
   struct papCall call; /* what the call asks for, and the commit the planners build on */
   struct papComm* comm;
   papcclRedOp_t op; /* as the caller passed it (call.red is the kernel's operation) */
+  int forcedAlgo; /* enum papAlgo this call asked for (papcclCollConfig_t); PAP_ALGO_AUTO: none */
   void* tmp; /* owned: scaled input for pre-multiplied sum */
   struct papArrival arr;
   /* Device buffers (the CUDA layer): the op runs in the order of `stream` on pinned staging
