@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* papccl's drop-in NCCL header: the host API of NCCL 2.28 with NCCL's type names, enum
+/* papccl's drop-in NCCL header: the host API of NCCL 2.32 with NCCL's type names, enum
  * values, struct layouts and struct tags, so that programs written for NVIDIA's nccl.h
  * compile unchanged against it and run on libnccl.so.2 built from papccl.
  *
- * The version it claims is 2.27.7, not 2.28: 2.28 also brings the device API
- * (nccl_device.h), which papccl does not implement, and clients such as nccl-tests include
- * that header and switch features on when they see 2.28 at compile time or at run time.
- * Every 2.28 host function is declared and exported, and those of 2.29 and 2.30 that PyPI
- * torch imports; those papccl does not implement (window registration, the group
- * simulation, the device API's host side, growing, suspending, one-sided calls) return
- * ncclInvalidUsage with a reason in ncclGetLastError. Buffers may also be host memory (a papccl extension), so
- * NCCL programs run on machines without a GPU. */
+ * The version it claims is 2.27.7, not 2.32: 2.28 brought the device API (nccl_device.h),
+ * which papccl does not implement, and clients such as nccl-tests include that header and
+ * switch features on when they see 2.28 or later at compile time or at run time. Every host
+ * function of NVIDIA's 2.32 header is declared here and exported by the library; those papccl
+ * does not implement (window registration, the group simulation, the device API's host side,
+ * growing, suspending, one-sided calls) return ncclInvalidUsage with a reason in
+ * ncclGetLastError. Buffers may also be host memory (a papccl extension), so NCCL programs
+ * run on machines without a GPU. */
 #ifndef NCCL_H_
 #define NCCL_H_
 
@@ -37,6 +37,8 @@
 #else
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;
+struct CUevent_st;
+typedef struct CUevent_st* cudaEvent_t;
 #endif
 
 #define NCCL_MAJOR 2
@@ -76,17 +78,23 @@ typedef enum {
   ncclInvalidUsage = 5,
   ncclRemoteError = 6,
   ncclInProgress = 7,
-  ncclNumResults = 8
+  ncclTimeout = 8, /* NCCL 2.32; papccl reports a timeout as ncclRemoteError, as before */
+  ncclNumResults = 9
 } ncclResult_t;
 
 #define NCCL_CONFIG_UNDEF_INT INT_MIN
 #define NCCL_CONFIG_UNDEF_PTR NULL
 #define NCCL_SPLIT_NOCOLOR -1
 #define NCCL_UNDEF_FLOAT -1.0f
+/* The magic of every versioned struct (configs, properties) made by its initializer. */
+#define NCCL_API_MAGIC 0xcafebeef
 
 /* Flags of ncclCommWindowRegister (accepted by the prototype; papccl has no windows). */
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02
+#define NCCL_WIN_GIN_ONLY 0x04
+#define NCCL_WIN_CFT_COUNTED 0x08
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 
 /* Values of ncclConfig_t.CTAPolicy (a GPU scheduling hint; papccl ignores it). */
@@ -102,12 +110,28 @@ typedef enum {
 /* Flag of ncclCommSuspend (NCCL 2.29; papccl refuses suspension). */
 #define NCCL_SUSPEND_MEM 0x01
 
-/* Communicator configuration, NCCL 2.28's layout (80 bytes on x86-64) and struct tag. Start
- * from NCCL_CONFIG_INITIALIZER. papccl reads only the fields covered by `size`, so configs
- * of older (smaller) and newer (larger) headers are accepted; INT_MIN and NULL mean
- * "default". papccl honours `blocking`; the other fields are hints for NCCL's GPU kernels
- * and network plugins and are accepted and ignored. */
-typedef struct ncclConfig_v22800 {
+/* Values of ncclConfig_t.hostCftMode and nvlsHostMode (NCCL 2.31; hints for NVIDIA's
+ * kernels, accepted and ignored by papccl). */
+typedef enum {
+  ncclHostCftDefault = NCCL_CONFIG_UNDEF_INT,
+  ncclHostCftEnable = 1,
+  ncclHostCftDisable = 2,
+  ncclHostCftFallback = 3
+} ncclHostCftMode_t;
+typedef enum {
+  ncclNvlsHostModeDefault = NCCL_CONFIG_UNDEF_INT,
+  ncclNvlsHostModeEnable = 0,
+  ncclNvlsHostModeDisableTransport = 1 << 0,
+  ncclNvlsHostModeDisableSymmetricMultimem = 1 << 1,
+  ncclNvlsHostModeDisable = INT_MAX
+} ncclNvlsHostMode_t;
+
+/* Communicator configuration, NCCL 2.31's layout (116 bytes of fields, 120 on x86-64) and
+ * struct tag. Start from NCCL_CONFIG_INITIALIZER. papccl reads only the fields covered by
+ * `size`, so configs of older (smaller) and newer (larger) headers are accepted; INT_MIN and
+ * NULL mean "default". papccl honours `blocking`; the other fields are hints for NCCL's GPU
+ * kernels and network plugins and are accepted and ignored. */
+typedef struct ncclConfig_v23100 {
   size_t size;
   unsigned int magic;
   unsigned int version;
@@ -125,16 +149,73 @@ typedef struct ncclConfig_v22800 {
   int nvlsCTAs;
   int nChannelsPerNetPeer;
   int nvlinkCentricSched;
+  int graphUsageMode;
+  int numRmaCtx;
+  int maxP2pPeers;
+  int graphStreamOrdering;
+  int launchOrderImplicit;
+  int numRmaSig;
+  int rmaEagerInit;
+  int hostCftMode;
+  int nvlsHostMode;
 } ncclConfig_t;
 
 #define NCCL_CONFIG_INITIALIZER \
   { \
-    sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
+    sizeof(ncclConfig_t), NCCL_API_MAGIC, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT, \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT, \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT \
+  }
+
+/* One vendor option of a per-collective config: a list of them hangs off
+ * ncclCollConfig_t.ext. papccl reads none (NVIDIA's library reads none either). */
+typedef struct ncclConfigExt {
+  struct ncclConfigExt* next;
+  struct {
+    int vendorId;
+    int optionId;
+  } key;
+  union {
+    int i;
+    const char* s;
+    void* raw;
+  } val;
+} ncclConfigExt_t;
+
+/* The configuration of one collective (NCCL 2.32; the nccl<Coll>Config calls). Start from
+ * NCCL_COLLCONFIG_INITIALIZER; papccl reads the fields covered by `size`. It honours
+ * `algSelection` (which of papccl's plans may run: docs/NCCL-DROPIN.md) with
+ * `forceAlgSelection`; the CTA counts, CTA policy, cluster size, profiler tag and launch
+ * event concern NVIDIA's kernels and profiler plugins: accepted, named once in an INFO line.
+ * Every rank must pass the same configuration, as NCCL requires. */
+typedef struct ncclCollConfig_v23200 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  ncclConfigExt_t* ext;
+  int minCTAs;
+  int maxCTAs;
+  int nvlsCTAs;
+  int cgaClusterSize;
+  const char* algSelection;
+  int forceAlgSelection;
+  int CTAPolicy;
+  uint64_t userProfilerTag;
+  cudaEvent_t launchCompletionEvent;
+} ncclCollConfig_t;
+
+#define NCCL_COLLCONFIG_INITIALIZER \
+  { \
+    sizeof(ncclCollConfig_t), NCCL_API_MAGIC, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
+        NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, 1, \
+        NCCL_CONFIG_UNDEF_INT, 0, NCCL_CONFIG_UNDEF_PTR \
   }
 
 /* Argument of ncclGroupSimulateEnd (declared for source compatibility). */
@@ -396,6 +477,123 @@ ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclCo
                             cudaStream_t stream);
 ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
                              cudaStream_t stream);
+
+/* ---- NCCL 2.32: per-collective configuration -------------------------------------------- */
+/* Each is the collective of the same name with a configuration (NULL: the defaults). A
+ * config whose magic is not NCCL_API_MAGIC, or whose algSelection papccl cannot satisfy while
+ * forceAlgSelection is set, fails with ncclInvalidArgument naming the field. */
+ncclResult_t ncclAllReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                 cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t pncclAllReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                  cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t ncclBroadcastConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                 cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t pncclBroadcastConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, int root, ncclComm_t comm,
+                                  cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t ncclReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
+                              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                              cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t pncclReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
+                               ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                               cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t ncclAllGatherConfig(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                 ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                                 const ncclCollConfig_t* config);
+ncclResult_t pncclAllGatherConfig(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                  ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                                  const ncclCollConfig_t* config);
+ncclResult_t ncclReduceScatterConfig(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                     ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                     cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t pncclReduceScatterConfig(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                      ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                      cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t ncclAlltoAllConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                                const ncclCollConfig_t* config);
+ncclResult_t pncclAlltoAllConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                 ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream,
+                                 const ncclCollConfig_t* config);
+ncclResult_t ncclGatherConfig(const void* sendbuff, void* recvbuff, size_t count,
+                              ncclDataType_t datatype, int root, ncclComm_t comm,
+                              cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t pncclGatherConfig(const void* sendbuff, void* recvbuff, size_t count,
+                               ncclDataType_t datatype, int root, ncclComm_t comm,
+                               cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t ncclScatterConfig(const void* sendbuff, void* recvbuff, size_t count,
+                               ncclDataType_t datatype, int root, ncclComm_t comm,
+                               cudaStream_t stream, const ncclCollConfig_t* config);
+ncclResult_t pncclScatterConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                ncclDataType_t datatype, int root, ncclComm_t comm,
+                                cudaStream_t stream, const ncclCollConfig_t* config);
+
+/* ---- NCCL 2.32: encryption of NCCL's sockets --------------------------------------------- */
+typedef enum {
+  NCCL_ENCRYPTION_MODE_NONE = 0,
+  NCCL_ENCRYPTION_MODE_PSK = 1
+} ncclEncryptionMode_t;
+typedef struct ncclEncryptionConfig_v23200 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int mode;
+  const char* psk;
+} ncclEncryptionConfig_t;
+#define NCCL_ENCRYPTION_CONFIG_INITIALIZER \
+  { \
+    sizeof(ncclEncryptionConfig_t), NCCL_API_MAGIC, \
+        NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_ENCRYPTION_MODE_NONE, \
+        NCCL_CONFIG_UNDEF_PTR \
+  }
+/* papccl's bootstrap sockets are not encrypted: NCCL_ENCRYPTION_MODE_NONE succeeds, a
+ * pre-shared key is refused with ncclInvalidUsage (a job that asks for encryption must not run
+ * in plaintext believing otherwise). */
+ncclResult_t ncclSetEncryption(const ncclEncryptionConfig_t* config);
+ncclResult_t pncclSetEncryption(const ncclEncryptionConfig_t* config);
+
+/* ---- NCCL 2.32: parameters ---------------------------------------------------------------- */
+/* papccl's parameter registry (docs/PARAMETERS.md) under its own names (PAPCCL_TIMEOUT_S) and,
+ * where the drop-in honours NCCL's variable of the same meaning, under NCCL's name
+ * (NCCL_DEBUG). An unknown key is ncclInvalidArgument. Integer parameters read as any
+ * integer type that holds the value (else ncclInvalidArgument); every parameter reads as a
+ * string (an unset string parameter: ""). Returned strings and tables stay valid until the
+ * next call of the same function on the same thread. */
+typedef struct ncclParamHandle* ncclParamHandle_t;
+ncclResult_t ncclParamBind(ncclParamHandle_t* out, const char* key);
+ncclResult_t pncclParamBind(ncclParamHandle_t* out, const char* key);
+ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t* out);
+ncclResult_t pncclParamGetI8(ncclParamHandle_t h, int8_t* out);
+ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t* out);
+ncclResult_t pncclParamGetI16(ncclParamHandle_t h, int16_t* out);
+ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t* out);
+ncclResult_t pncclParamGetI32(ncclParamHandle_t h, int32_t* out);
+ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t* out);
+ncclResult_t pncclParamGetI64(ncclParamHandle_t h, int64_t* out);
+ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t* out);
+ncclResult_t pncclParamGetU8(ncclParamHandle_t h, uint8_t* out);
+ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t* out);
+ncclResult_t pncclParamGetU16(ncclParamHandle_t h, uint16_t* out);
+ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t* out);
+ncclResult_t pncclParamGetU32(ncclParamHandle_t h, uint32_t* out);
+ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t* out);
+ncclResult_t pncclParamGetU64(ncclParamHandle_t h, uint64_t* out);
+ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char** out);
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char** out);
+/* The value's bytes: an integer parameter as an int64_t, a string one with its NUL. *len is
+ * the whole length; fewer than that into out (maxLen) is ncclInvalidArgument. */
+ncclResult_t ncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len);
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len);
+ncclResult_t ncclParamGetParameter(const char* key, const char** value, int* valueLen);
+ncclResult_t pncclParamGetParameter(const char* key, const char** value, int* valueLen);
+ncclResult_t ncclParamGetAllParameterKeys(const char*** table, int* tableLen);
+ncclResult_t pncclParamGetAllParameterKeys(const char*** table, int* tableLen);
+/* Every parameter and its value, one INFO line each (subsystem ENV). */
+void ncclParamDumpAll(void);
+void pncclParamDumpAll(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

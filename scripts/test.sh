@@ -146,6 +146,10 @@ skipped() { # skipped NAME WHY
 setup_dir() {
   local dir=$1
   shift
+  if [ -z "$nccl_ref" ] && [ "$skip_deps" = 1 ]; then
+    nccl_ref=$(PAPCCL_SKIP_FETCH=1 scripts/fetch-nccl-ref.sh 2>/dev/null | tail -n 1) || nccl_ref=""
+  fi
+  [ -n "$nccl_ref" ] && set -- "$@" -Dnccl_ref_dir="$nccl_ref"
   if [ -f "$dir/build.ninja" ]; then
     echo "reusing $dir/"
     meson setup --reconfigure "$dir" "$@" "${setup_args[@]}" >/dev/null
@@ -159,9 +163,12 @@ setup_dir() {
 # The project's virtual environment with PyPI's torch (scripts/setup-venv.sh): the plain
 # build's PyTorch backend and its tests use it, and must be built (-Dtorch=enabled).
 torch_python=""
+# NVIDIA's NCCL from its wheel (scripts/fetch-nccl-ref.sh): the drop-in tests' reference.
+nccl_ref=""
 do_deps() {
   scripts/install-deps.sh || return
-  torch_python=$(scripts/setup-venv.sh | tail -n 1)
+  torch_python=$(scripts/setup-venv.sh | tail -n 1) || return
+  nccl_ref=$(scripts/fetch-nccl-ref.sh | tail -n 1)
 }
 
 do_build() {

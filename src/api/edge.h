@@ -4,11 +4,16 @@
 #ifndef PAPCCL_API_EDGE_H_
 #define PAPCCL_API_EDGE_H_
 
+#include <stdint.h>
+
 #include "papccl.h"
 
 /* Validates comm (not NULL, alive, not aborted), counts the call and routes WARN text into
  * the comm's last error. */
 papcclResult_t papCommEnter(struct papComm* comm, const char* fn);
 void papCommLeave(struct papComm* comm);
+/* A 64-bit hash of comm's key: the same on every rank of comm (NCCL's commHash). Call it
+ * between papCommEnter and papCommLeave. */
+uint64_t papCommHash(const struct papComm* comm);
 
 #endif /* PAPCCL_API_EDGE_H_ */

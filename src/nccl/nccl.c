@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dropin.h"
 #include "edge.h"
 #include "log.h"
 #include "papccl.h"
@@ -23,7 +24,8 @@
 /* ---- The two APIs agree ------------------------------------------------------------------ */
 
 _Static_assert(sizeof(ncclUniqueId) == sizeof(papcclUniqueId), "unique id size");
-_Static_assert(sizeof(ncclConfig_t) == sizeof(papcclConfig_t), "config size");
+/* NCCL's config is papccl's with fields appended (papccl reads up to config->size). */
+_Static_assert(sizeof(ncclConfig_t) >= sizeof(papcclConfig_t), "config size");
 _Static_assert(offsetof(ncclConfig_t, blocking) == offsetof(papcclConfig_t, blocking), "config");
 _Static_assert(offsetof(ncclConfig_t, commName) == offsetof(papcclConfig_t, commName), "config");
 _Static_assert(offsetof(ncclConfig_t, nvlinkCentricSched) ==
@@ -34,24 +36,14 @@ _Static_assert(sizeof(ncclDataType_t) == sizeof(papcclDataType_t), "datatype siz
 _Static_assert(sizeof(ncclRedOp_t) == sizeof(papcclRedOp_t), "op size");
 _Static_assert((int)ncclInProgress == (int)papcclInProgress, "result values");
 _Static_assert((int)ncclRemoteError == (int)papcclRemoteError, "result values");
-_Static_assert((int)ncclNumResults == (int)papcclNumResults, "result values");
+/* ncclTimeout (8, NCCL 2.32) has no papccl counterpart: papccl never returns it. */
+_Static_assert((int)ncclTimeout == (int)papcclNumResults, "result values");
 _Static_assert((int)ncclFloat8e5m2 == (int)papcclFloat8e5m2, "datatype values");
 _Static_assert((int)ncclBfloat16 == (int)papcclBfloat16, "datatype values");
 _Static_assert((int)ncclNumTypes == (int)papcclNumTypes, "datatype values");
 _Static_assert((int)ncclAvg == (int)papcclAvg && (int)ncclNumOps == (int)papcclNumOps, "ops");
 _Static_assert((int)ncclScalarHostImmediate == (int)papcclScalarHostImmediate, "residence");
 _Static_assert(NCCL_CONFIG_UNDEF_INT == PAPCCL_CONFIG_UNDEF_INT, "undef int");
-
-#define NCCL_EXPORT __attribute__((visibility("default")))
-/* ncclX: a weak second name for pncclX (same code, same address). */
-#define NCCL_ALIAS(name) \
-  extern __typeof__(p##name) name __attribute__((weak, alias("p" #name), visibility("default")))
-
-#define COMM(c) ((papcclComm_t)(c))
-#define STREAM(s) ((papcclStream_t)(s))
-#define DT(d) ((papcclDataType_t)(d))
-#define OP(o) ((papcclRedOp_t)(o))
-#define RES(r) ((ncclResult_t)(r))
 
 /* ---- NCCL_* environment -------------------------------------------------------------------- */
 
@@ -126,7 +118,7 @@ static int regRemove(void* key, int kind, ncclComm_t comm) {
 
 /* Logs why fn is refused (routed to comm's last error when comm is usable) and returns
  * ncclInvalidUsage. */
-static ncclResult_t notImplemented(ncclComm_t comm, const char* fn, const char* what) {
+ncclResult_t papNcclNotImplemented(ncclComm_t comm, const char* fn, const char* what) {
   if (comm != NULL && papCommEnter(COMM(comm), fn) == papcclSuccess) {
     PAP_WARN("%s: %s is not implemented by papccl", fn, what);
     papCommLeave(COMM(comm));
@@ -137,7 +129,7 @@ static ncclResult_t notImplemented(ncclComm_t comm, const char* fn, const char* 
   return ncclInvalidUsage;
 }
 
-static ncclResult_t badArg(const char* fn, const char* what) {
+ncclResult_t papNcclBadArg(const char* fn, const char* what) {
   papLogSetContext(-1, NULL, 0);
   PAP_WARN("%s: %s", fn, what);
   return ncclInvalidArgument;
@@ -146,7 +138,7 @@ static ncclResult_t badArg(const char* fn, const char* what) {
 /* ---- Memory ---------------------------------------------------------------------------------- */
 
 NCCL_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
-  if (ptr == NULL) return badArg("ncclMemAlloc", "ptr is NULL");
+  if (ptr == NULL) return papNcclBadArg("ncclMemAlloc", "ptr is NULL");
   *ptr = NULL;
   if (size == 0) return ncclSuccess;
 #ifdef PAPCCL_HAVE_CUDA
@@ -195,14 +187,14 @@ NCCL_EXPORT ncclResult_t pncclMemFree(void* ptr) {
   }
   (void)cudaGetLastError();
 #endif
-  return badArg("ncclMemFree", "the pointer was not returned by ncclMemAlloc");
+  return papNcclBadArg("ncclMemFree", "the pointer was not returned by ncclMemAlloc");
 }
 NCCL_ALIAS(ncclMemFree);
 
 /* ---- Version, ids, errors ------------------------------------------------------------------ */
 
 NCCL_EXPORT ncclResult_t pncclGetVersion(int* version) {
-  if (version == NULL) return badArg("ncclGetVersion", "version is NULL");
+  if (version == NULL) return papNcclBadArg("ncclGetVersion", "version is NULL");
   *version = NCCL_VERSION_CODE;
   return ncclSuccess;
 }
@@ -275,7 +267,7 @@ NCCL_EXPORT ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nran
                                                    int nId, ncclUniqueId* commIds,
                                                    ncclConfig_t* config) {
   const char* fn = "ncclCommInitRankScalable";
-  if (commIds == NULL) return badArg(fn, "commIds is NULL");
+  if (commIds == NULL) return papNcclBadArg(fn, "commIds is NULL");
   if (nId < 1) {
     papLogSetContext(-1, NULL, 0);
     PAP_WARN("%s: nId %d must be at least 1", fn, nId);
@@ -404,13 +396,13 @@ NCCL_EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, si
                                                  ncclWindow_t* win, int winFlags) {
   (void)buff, (void)size, (void)winFlags;
   if (win != NULL) *win = NULL;
-  return notImplemented(comm, "ncclCommWindowRegister", "window registration");
+  return papNcclNotImplemented(comm, "ncclCommWindowRegister", "window registration");
 }
 NCCL_ALIAS(ncclCommWindowRegister);
 
 NCCL_EXPORT ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   (void)win;
-  return notImplemented(comm, "ncclCommWindowDeregister", "window registration");
+  return papNcclNotImplemented(comm, "ncclCommWindowDeregister", "window registration");
 }
 NCCL_ALIAS(ncclCommWindowDeregister);
 
@@ -527,8 +519,9 @@ NCCL_ALIAS(ncclGroupEnd);
 
 NCCL_EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   (void)simInfo;
-  return notImplemented(NULL, "ncclGroupSimulateEnd",
-                        "simulating a group (the group stays open: end it with ncclGroupEnd)");
+  return papNcclNotImplemented(
+      NULL, "ncclGroupSimulateEnd",
+      "simulating a group (the group stays open: end it with ncclGroupEnd)");
 }
 NCCL_ALIAS(ncclGroupSimulateEnd);
 
@@ -538,7 +531,7 @@ NCCL_ALIAS(ncclGroupSimulateEnd);
  * The id of ncclCommGetUniqueId serves only ncclCommGrow, so both refuse. */
 NCCL_EXPORT ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
   (void)uniqueId;
-  return notImplemented(comm, "ncclCommGetUniqueId", "growing a communicator");
+  return papNcclNotImplemented(comm, "ncclCommGetUniqueId", "growing a communicator");
 }
 NCCL_ALIAS(ncclCommGetUniqueId);
 
@@ -546,19 +539,19 @@ NCCL_EXPORT ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUn
                                        int rank, ncclComm_t* newcomm, ncclConfig_t* config) {
   (void)nRanks, (void)uniqueId, (void)rank, (void)config;
   if (newcomm != NULL) *newcomm = NULL;
-  return notImplemented(comm, "ncclCommGrow", "growing a communicator");
+  return papNcclNotImplemented(comm, "ncclCommGrow", "growing a communicator");
 }
 NCCL_ALIAS(ncclCommGrow);
 
 /* papccl cannot release a communicator's memory and keep the communicator. */
 NCCL_EXPORT ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
   (void)flags;
-  return notImplemented(comm, "ncclCommSuspend", "suspending a communicator");
+  return papNcclNotImplemented(comm, "ncclCommSuspend", "suspending a communicator");
 }
 NCCL_ALIAS(ncclCommSuspend);
 
 NCCL_EXPORT ncclResult_t pncclCommResume(ncclComm_t comm) {
-  return notImplemented(comm, "ncclCommResume", "suspending a communicator");
+  return papNcclNotImplemented(comm, "ncclCommResume", "suspending a communicator");
 }
 NCCL_ALIAS(ncclCommResume);
 
@@ -591,7 +584,7 @@ NCCL_ALIAS(ncclCommMemStats);
 NCCL_EXPORT ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
   (void)win;
   if (outUserPtr != NULL) *outUserPtr = NULL;
-  return notImplemented(comm, "ncclWinGetUserPtr", "window registration");
+  return papNcclNotImplemented(comm, "ncclWinGetUserPtr", "window registration");
 }
 NCCL_ALIAS(ncclWinGetUserPtr);
 
@@ -602,109 +595,20 @@ NCCL_EXPORT ncclResult_t pncclPutSignal(const void* localbuff, size_t count,
                                         unsigned int flags, ncclComm_t comm, cudaStream_t stream) {
   (void)localbuff, (void)count, (void)datatype, (void)peer, (void)peerWin, (void)peerWinOffset;
   (void)sigIdx, (void)ctx, (void)flags, (void)stream;
-  return notImplemented(comm, "ncclPutSignal", "one-sided communication");
+  return papNcclNotImplemented(comm, "ncclPutSignal", "one-sided communication");
 }
 NCCL_ALIAS(ncclPutSignal);
 
 NCCL_EXPORT ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags,
                                      ncclComm_t comm, cudaStream_t stream) {
   (void)peer, (void)sigIdx, (void)ctx, (void)flags, (void)stream;
-  return notImplemented(comm, "ncclSignal", "one-sided communication");
+  return papNcclNotImplemented(comm, "ncclSignal", "one-sided communication");
 }
 NCCL_ALIAS(ncclSignal);
 
 NCCL_EXPORT ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs,
                                          ncclComm_t comm, cudaStream_t stream) {
   (void)nDesc, (void)signalDescs, (void)stream;
-  return notImplemented(comm, "ncclWaitSignal", "one-sided communication");
+  return papNcclNotImplemented(comm, "ncclWaitSignal", "one-sided communication");
 }
 NCCL_ALIAS(ncclWaitSignal);
-
-/* ---- Host functions of NCCL's device API (nccl_device.h) ----------------------------------- */
-
-/* papccl has no device-side API. These exist so that programs linked against NVIDIA's
- * library, which reference them, load and run; each one refuses with a log line. Their
- * handle and requirement arguments are pointers to structs that are never touched. */
-struct papNcclTeam {
-  int nRanks, rank, stride;
-};
-
-static void devApiRefused(const char* fn) {
-  papLogSetContext(-1, NULL, 0);
-  PAP_WARN("%s: NCCL's device API is not implemented by papccl", fn);
-}
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#define DEV_API_RESULT(name, params, comm) \
-  NCCL_EXPORT ncclResult_t p##name params; \
-  NCCL_EXPORT ncclResult_t p##name params { \
-    return notImplemented(comm, #name, "NCCL's device API"); \
-  } \
-  NCCL_ALIAS(name)
-
-DEV_API_RESULT(ncclDevCommCreate, (ncclComm_t comm, const void* reqs, void* outDevComm), comm);
-DEV_API_RESULT(ncclDevCommDestroy, (ncclComm_t comm, const void* devComm), comm);
-DEV_API_RESULT(ncclLsaBarrierCreateRequirement,
-               (struct papNcclTeam team, int nBarriers, void* outHandle, void* outReq), NULL);
-DEV_API_RESULT(ncclGinBarrierCreateRequirement,
-               (ncclComm_t comm, struct papNcclTeam team, int nBarriers, void* outHandle,
-                void* outReq),
-               comm);
-DEV_API_RESULT(ncclLLA2ACreateRequirement, (int nBlocks, int nSlots, void* outHandle, void* outReq),
-               NULL);
-#pragma GCC diagnostic pop
-
-#define DEV_API_TEAM(name) \
-  NCCL_EXPORT struct papNcclTeam p##name(ncclComm_t comm); \
-  NCCL_EXPORT struct papNcclTeam p##name(ncclComm_t comm) { \
-    (void)comm; \
-    devApiRefused(#name); \
-    return (struct papNcclTeam){0, 0, 0}; \
-  } \
-  NCCL_ALIAS(name)
-
-DEV_API_TEAM(ncclTeamWorld);
-DEV_API_TEAM(ncclTeamLsa);
-DEV_API_TEAM(ncclTeamRail);
-
-#define DEV_API_RANK(name) \
-  NCCL_EXPORT int p##name(ncclComm_t comm, struct papNcclTeam team, int rank); \
-  NCCL_EXPORT int p##name(ncclComm_t comm, struct papNcclTeam team, int rank) { \
-    (void)comm, (void)team, (void)rank; \
-    devApiRefused(#name); \
-    return -1; \
-  } \
-  NCCL_ALIAS(name)
-
-DEV_API_RANK(ncclTeamRankToWorld);
-DEV_API_RANK(ncclTeamRankToLsa);
-
-NCCL_EXPORT int pncclLLA2ACalcSlots(int maxElts, int maxEltSize);
-NCCL_EXPORT int pncclLLA2ACalcSlots(int maxElts, int maxEltSize) {
-  (void)maxElts, (void)maxEltSize;
-  devApiRefused("ncclLLA2ACalcSlots");
-  return 0;
-}
-NCCL_ALIAS(ncclLLA2ACalcSlots);
-
-/* Window pointers (nccl_device.h): no window can exist (ncclCommWindowRegister is refused). */
-NCCL_EXPORT ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset,
-                                                          void** outPtr);
-NCCL_EXPORT ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset,
-                                                          void** outPtr) {
-  (void)window, (void)offset;
-  if (outPtr != NULL) *outPtr = NULL;
-  return notImplemented(NULL, "ncclGetLsaMultimemDevicePointer", "NCCL's device API");
-}
-NCCL_ALIAS(ncclGetLsaMultimemDevicePointer);
-
-NCCL_EXPORT ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
-                                                   void** outPtr);
-NCCL_EXPORT ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
-                                                   void** outPtr) {
-  (void)window, (void)offset, (void)peer;
-  if (outPtr != NULL) *outPtr = NULL;
-  return notImplemented(NULL, "ncclGetPeerDevicePointer", "NCCL's device API");
-}
-NCCL_ALIAS(ncclGetPeerDevicePointer);

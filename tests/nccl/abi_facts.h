@@ -39,7 +39,7 @@ int ncclAbiVersionPapccl(void);
   X(sizeof(ncclRedOp_t)) \
   X(sizeof(ncclScalarResidence_t)) \
   X(sizeof(ncclConfig_t)) \
-  X(sizeof(struct ncclConfig_v22800)) \
+  X(sizeof(struct ncclConfig_v23100)) \
   X(offsetof(ncclConfig_t, size)) \
   X(offsetof(ncclConfig_t, magic)) \
   X(offsetof(ncclConfig_t, version)) \
@@ -57,6 +57,49 @@ int ncclAbiVersionPapccl(void);
   X(offsetof(ncclConfig_t, nvlsCTAs)) \
   X(offsetof(ncclConfig_t, nChannelsPerNetPeer)) \
   X(offsetof(ncclConfig_t, nvlinkCentricSched)) \
+  X(offsetof(ncclConfig_t, graphUsageMode)) \
+  X(offsetof(ncclConfig_t, numRmaCtx)) \
+  X(offsetof(ncclConfig_t, maxP2pPeers)) \
+  X(offsetof(ncclConfig_t, graphStreamOrdering)) \
+  X(offsetof(ncclConfig_t, launchOrderImplicit)) \
+  X(offsetof(ncclConfig_t, numRmaSig)) \
+  X(offsetof(ncclConfig_t, rmaEagerInit)) \
+  X(offsetof(ncclConfig_t, hostCftMode)) \
+  X(offsetof(ncclConfig_t, nvlsHostMode)) \
+  X(sizeof(ncclCollConfig_t)) \
+  X(sizeof(struct ncclCollConfig_v23200)) \
+  X(offsetof(ncclCollConfig_t, magic)) \
+  X(offsetof(ncclCollConfig_t, version)) \
+  X(offsetof(ncclCollConfig_t, ext)) \
+  X(offsetof(ncclCollConfig_t, minCTAs)) \
+  X(offsetof(ncclCollConfig_t, maxCTAs)) \
+  X(offsetof(ncclCollConfig_t, nvlsCTAs)) \
+  X(offsetof(ncclCollConfig_t, cgaClusterSize)) \
+  X(offsetof(ncclCollConfig_t, algSelection)) \
+  X(offsetof(ncclCollConfig_t, forceAlgSelection)) \
+  X(offsetof(ncclCollConfig_t, CTAPolicy)) \
+  X(offsetof(ncclCollConfig_t, userProfilerTag)) \
+  X(offsetof(ncclCollConfig_t, launchCompletionEvent)) \
+  X(sizeof(ncclConfigExt_t)) \
+  X(offsetof(ncclConfigExt_t, key.vendorId)) \
+  X(offsetof(ncclConfigExt_t, key.optionId)) \
+  X(offsetof(ncclConfigExt_t, val.i)) \
+  X(sizeof(ncclEncryptionConfig_t)) \
+  X(sizeof(struct ncclEncryptionConfig_v23200)) \
+  X(offsetof(ncclEncryptionConfig_t, mode)) \
+  X(offsetof(ncclEncryptionConfig_t, psk)) \
+  X(NCCL_ENCRYPTION_MODE_NONE) \
+  X(NCCL_ENCRYPTION_MODE_PSK) \
+  X(sizeof(ncclParamHandle_t)) \
+  X(ncclHostCftDefault) \
+  X(ncclHostCftEnable) \
+  X(ncclHostCftDisable) \
+  X(ncclHostCftFallback) \
+  X(ncclNvlsHostModeDefault) \
+  X(ncclNvlsHostModeEnable) \
+  X(ncclNvlsHostModeDisableTransport) \
+  X(ncclNvlsHostModeDisableSymmetricMultimem) \
+  X(ncclNvlsHostModeDisable) \
   X(sizeof(ncclSimInfo_t)) \
   X(sizeof(struct ncclSimInfo_v22200)) \
   X(offsetof(ncclSimInfo_t, magic)) \
@@ -70,6 +113,7 @@ int ncclAbiVersionPapccl(void);
   X(ncclInvalidUsage) \
   X(ncclRemoteError) \
   X(ncclInProgress) \
+  X(ncclTimeout) \
   X(ncclNumResults) \
   X(ncclInt8) \
   X(ncclChar) \
@@ -104,6 +148,10 @@ int ncclAbiVersionPapccl(void);
   X(NCCL_UNDEF_FLOAT * 1000) \
   X(NCCL_WIN_DEFAULT) \
   X(NCCL_WIN_COLL_SYMMETRIC) \
+  X(NCCL_WIN_STRICT_ORDERING) \
+  X(NCCL_WIN_GIN_ONLY) \
+  X(NCCL_WIN_CFT_COUNTED) \
+  X(NCCL_API_MAGIC) \
   X(NCCL_WIN_REQUIRED_ALIGNMENT) \
   X(NCCL_CTA_POLICY_DEFAULT) \
   X(NCCL_CTA_POLICY_EFFICIENCY) \
@@ -115,6 +163,7 @@ int ncclAbiVersionPapccl(void);
   X(NCCL_VERSION(2, 8, 4)) \
   X(NCCL_VERSION(2, 9, 0)) \
   X(NCCL_VERSION(2, 28, 9)) \
+  X(NCCL_VERSION(2, 32, 6)) \
   X(NCCL_COMM_NULL == NULL) \
   X(config.size) \
   X(config.magic) \
@@ -132,6 +181,31 @@ int ncclAbiVersionPapccl(void);
   X(config.nvlsCTAs) \
   X(config.nChannelsPerNetPeer) \
   X(config.nvlinkCentricSched) \
+  X(config.graphUsageMode) \
+  X(config.numRmaCtx) \
+  X(config.maxP2pPeers) \
+  X(config.graphStreamOrdering) \
+  X(config.launchOrderImplicit) \
+  X(config.numRmaSig) \
+  X(config.rmaEagerInit) \
+  X(config.hostCftMode) \
+  X(config.nvlsHostMode) \
+  X(coll.size) \
+  X(coll.magic) \
+  X(coll.ext == NULL) \
+  X(coll.minCTAs) \
+  X(coll.maxCTAs) \
+  X(coll.nvlsCTAs) \
+  X(coll.cgaClusterSize) \
+  X(coll.algSelection == NULL) \
+  X(coll.forceAlgSelection) \
+  X(coll.CTAPolicy) \
+  X(coll.userProfilerTag) \
+  X(coll.launchCompletionEvent == NULL) \
+  X(enc.size) \
+  X(enc.magic) \
+  X(enc.mode) \
+  X(enc.psk == NULL) \
   X(sim.size) \
   X(sim.magic) \
   X(sim.estimatedTime * 1000)
@@ -144,6 +218,8 @@ int ncclAbiVersionPapccl(void);
   int fn(struct ncclAbiFact* facts, int max) { \
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER; \
     ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER; \
+    ncclCollConfig_t coll = NCCL_COLLCONFIG_INITIALIZER; \
+    ncclEncryptionConfig_t enc = NCCL_ENCRYPTION_CONFIG_INITIALIZER; \
     int n = 0; \
     NCCL_ABI_FACT_LIST(NCCL_ABI_FACT_ENTRY) \
     return n; \

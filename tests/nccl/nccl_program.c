@@ -17,6 +17,9 @@
  *         (NCCL_SHRINK_ABORT), run 100 allreduces on the new comm, shrink it once more
  *         (NCCL_SHRINK_DEFAULT, the highest survivor leaving of its own accord) where ranks
  *         are left for it, revoke it and destroy everything.
+ * Part 4: NCCL 2.32's host API: the nccl<Coll>Config collectives (algSelection honoured or
+ *         refused), the parameter API, ncclSetEncryption and, where NVIDIA's
+ *         nccl_device.h is there, ncclCommQueryProperties.
  * Prints "library: VERSION PATH" first (which libnccl answered) and "PASS" at the end; any
  * failed check prints "FAIL ..." and the exit status is 1. */
 #ifndef _GNU_SOURCE
@@ -447,6 +450,158 @@ static int singleThread(int n) {
   return failures ? 1 : 0;
 }
 
+/* ---- Part 4: NCCL 2.32's host API ---------------------------------------------------------- */
+
+/* NVIDIA's 2.32 header (papccl's claims 2.27.7 and has no nccl_device.h of its own). */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 32, 0) && __has_include(<nccl_device.h>)
+#include <nccl_device.h>
+#define HAVE_NCCL_DEVICE_H 1
+#endif
+
+/* An allreduce through ncclAllReduceConfig with selection sel (NULL: no config at all):
+ * its result checked, or the error it must give. */
+static void configAllReduce(ncclComm_t comm, int n, int r, const char* sel, int force,
+                            ncclResult_t want) {
+  const size_t count = 300;
+  float* s = fbuf(count);
+  float* d = fbuf(count);
+  for (size_t i = 0; i < count; i++)
+    s[i] = val(r, i);
+  ncclCollConfig_t c = NCCL_COLLCONFIG_INITIALIZER;
+  c.algSelection = sel;
+  c.forceAlgSelection = force;
+  ncclResult_t res = ncclAllReduceConfig(s, d, count, ncclFloat, ncclSum, comm, NULL, &c);
+  CHECK(res == want, "ncclAllReduceConfig(algSelection \"%s\", force %d) returned %d, want %d: %s",
+        sel ? sel : "(null)", force, (int)res, (int)want, ncclGetLastError(comm));
+  int bad = 0;
+  for (size_t i = 0; res == ncclSuccess && i < count; i++) {
+    float w = 0;
+    for (int q = 0; q < n; q++)
+      w += val(q, i);
+    bad += d[i] != w;
+  }
+  CHECK(bad == 0, "ncclAllReduceConfig(\"%s\"): %d wrong", sel ? sel : "(null)", bad);
+  free(s);
+  free(d);
+}
+
+static void configCollectives(ncclComm_t comm, int n, int r) {
+  configAllReduce(comm, n, r, "ring", 1, ncclSuccess);
+  configAllReduce(comm, n, r, "tree", 1, ncclSuccess);
+  configAllReduce(comm, n, r, "nvls,ring", 1, ncclSuccess);
+  configAllReduce(comm, n, r, "^nvls,collnet", 1, ncclSuccess);
+  configAllReduce(comm, n, r, "", 1, ncclSuccess);
+  configAllReduce(comm, n, r, "nvls", 0, ncclSuccess); /* not forced: papccl chooses */
+  configAllReduce(comm, n, r, "nvls", 1, ncclInvalidArgument);
+  configAllReduce(comm, n, r, "^ring", 1, ncclInvalidArgument);
+  configAllReduce(comm, n, r, "warp9", 1, ncclInvalidArgument);
+  float v[2] = {1, 1};
+  NCCL_OK(ncclAllReduceConfig(v, v, 2, ncclFloat, ncclSum, comm, NULL, NULL));
+  CHECK(v[0] == (float)n, "ncclAllReduceConfig with a NULL config: %g", v[0]);
+  ncclCollConfig_t bad = NCCL_COLLCONFIG_INITIALIZER;
+  bad.magic = 0;
+  CHECK(ncclAllReduceConfig(v, v, 2, ncclFloat, ncclSum, comm, NULL, &bad) == ncclInvalidArgument,
+        "a config without its magic is refused");
+  /* The other seven, each checked. */
+  ncclCollConfig_t c = NCCL_COLLCONFIG_INITIALIZER;
+  c.algSelection = "ring";
+  const size_t count = 64;
+  float* s = fbuf(count * (size_t)n);
+  float* d = fbuf(count * (size_t)n);
+  for (size_t i = 0; i < count * (size_t)n; i++)
+    s[i] = val(r, i);
+  NCCL_OK(ncclBroadcastConfig(s, d, count, ncclFloat, 1, comm, NULL, &c));
+  CHECK(d[5] == val(1, 5), "ncclBroadcastConfig: %g", d[5]);
+  NCCL_OK(ncclReduceConfig(s, d, count, ncclFloat, ncclMax, 0, comm, NULL, &c));
+  CHECK(r != 0 || d[6] == val(n - 1, 6), "ncclReduceConfig max: %g", d[6]);
+  NCCL_OK(ncclAllGatherConfig(s, d, count, ncclFloat, comm, NULL, &c));
+  CHECK(d[(n - 1) * count + 3] == val(n - 1, 3), "ncclAllGatherConfig: %g", d[(n - 1) * count + 3]);
+  NCCL_OK(ncclReduceScatterConfig(s, d, count, ncclFloat, ncclMin, comm, NULL, &c));
+  CHECK(d[2] == val(0, (size_t)r * count + 2), "ncclReduceScatterConfig min: %g", d[2]);
+  ncclCollConfig_t plain = NCCL_COLLCONFIG_INITIALIZER;
+  NCCL_OK(ncclAlltoAllConfig(s, d, count, ncclFloat, comm, NULL, &plain));
+  CHECK(d[(n - 1) * count] == val(n - 1, (size_t)r * count), "ncclAlltoAllConfig: %g",
+        d[(n - 1) * count]);
+  NCCL_OK(ncclGatherConfig(s, d, count, ncclFloat, 0, comm, NULL, &plain));
+  CHECK(r != 0 || d[(n - 1) * count + 1] == val(n - 1, 1), "ncclGatherConfig");
+  NCCL_OK(ncclScatterConfig(s, d, count, ncclFloat, n - 1, comm, NULL, &plain));
+  CHECK(d[4] == val(n - 1, (size_t)r * count + 4), "ncclScatterConfig: %g", d[4]);
+  CHECK(ncclGatherConfig(s, d, count, ncclFloat, 0, comm, NULL, &c) == ncclInvalidArgument,
+        "ncclGatherConfig with algSelection \"ring\" (gather has no ring plan) is refused");
+  free(s);
+  free(d);
+}
+
+/* The parameter API over papccl's registry (test_dropin.sh sets PAPCCL_TIMEOUT_S=60). */
+static void params(void) {
+  ncclParamHandle_t h = NULL;
+  NCCL_OK(ncclParamBind(&h, "PAPCCL_TIMEOUT_S"));
+  int32_t i32 = 0;
+  int8_t i8 = 0;
+  uint64_t u64 = 0;
+  NCCL_OK(ncclParamGetI32(h, &i32));
+  NCCL_OK(ncclParamGetI8(h, &i8));
+  NCCL_OK(ncclParamGetU64(h, &u64));
+  CHECK(i32 == 60 && i8 == 60 && u64 == 60, "PAPCCL_TIMEOUT_S read as %d %d %llu", i32, i8,
+        (unsigned long long)u64);
+  const char* str = NULL;
+  NCCL_OK(ncclParamGetStr(h, &str));
+  CHECK(str != NULL && strcmp(str, "60") == 0, "PAPCCL_TIMEOUT_S as a string: %s", str);
+  int64_t raw = 0;
+  int len = 0;
+  NCCL_OK(ncclParamGet(h, &raw, (int)sizeof(raw), &len));
+  CHECK(raw == 60 && len == 8, "ncclParamGet: %lld, %d bytes", (long long)raw, len);
+  CHECK(ncclParamGet(h, &raw, 4, &len) == ncclInvalidArgument, "4 bytes are too few");
+  NCCL_OK(ncclParamBind(&h, "PAPCCL_CHUNK_SIZE"));
+  CHECK(ncclParamGetI8(h, &i8) == ncclInvalidArgument, "262144 does not fit an int8_t");
+  NCCL_OK(ncclParamBind(&h, "PAPCCL_TRANSPORT"));
+  CHECK(ncclParamGetI32(h, &i32) == ncclInvalidArgument, "a string parameter is no integer");
+  CHECK(ncclParamBind(&h, "NCCL_NO_SUCH_PARAMETER") == ncclInvalidArgument, "unknown key");
+  int vlen = -1;
+  NCCL_OK(ncclParamGetParameter("NCCL_DEBUG", &str, &vlen));
+  const char* dbg = getenv("PAPCCL_DEBUG");
+  CHECK(str != NULL && strcmp(str, dbg && *dbg ? dbg : "WARN") == 0 && vlen == (int)strlen(str),
+        "NCCL_DEBUG reads papccl's log level: %s", str);
+  const char** keys = NULL;
+  int nkeys = 0;
+  NCCL_OK(ncclParamGetAllParameterKeys(&keys, &nkeys));
+  int found = 0;
+  for (int i = 0; i < nkeys; i++)
+    found += strcmp(keys[i], "PAPCCL_TIMEOUT_S") == 0;
+  CHECK(nkeys > 20 && found == 1, "%d keys, PAPCCL_TIMEOUT_S %d times", nkeys, found);
+  ncclParamDumpAll();
+  ncclEncryptionConfig_t enc = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
+  NCCL_OK(ncclSetEncryption(&enc));
+  enc.mode = NCCL_ENCRYPTION_MODE_PSK;
+  enc.psk = "secret";
+  CHECK(ncclSetEncryption(&enc) == ncclInvalidUsage, "a pre-shared key is refused (no TLS)");
+}
+
+static int api232Rank(ncclUniqueId* ids, int n, int r) {
+  myRank = r;
+  ncclComm_t comm = NULL;
+  NCCL_OK(ncclCommInitRank(&comm, n, ids[0], r));
+  if (failures) return 1;
+  configCollectives(comm, n, r);
+  params();
+#ifdef HAVE_NCCL_DEVICE_H
+  ncclCommProperties_t p = NCCL_COMM_PROPERTIES_INITIALIZER;
+  NCCL_OK(ncclCommQueryProperties(comm, &p));
+  CHECK(p.rank == r && p.nRanks == n && !p.deviceApiSupport && !p.multimemSupport &&
+            !p.hostRmaSupport && p.commHash != 0,
+        "properties: rank %d nRanks %d device API %d hash %llx", p.rank, p.nRanks,
+        (int)p.deviceApiSupport, (unsigned long long)p.commHash);
+  uint64_t* hashes = (uint64_t*)calloc((size_t)n, sizeof(uint64_t));
+  hashes[r] = p.commHash;
+  NCCL_OK(ncclAllGather(hashes + r, hashes, 1, ncclUint64, comm, NULL));
+  for (int q = 0; q < n; q++)
+    CHECK(hashes[q] == p.commHash, "rank %d has commHash %llx", q, (unsigned long long)hashes[q]);
+  free(hashes);
+#endif
+  NCCL_OK(ncclCommDestroy(comm));
+  return failures ? 1 : 0;
+}
+
 /* Prints every loaded object whose name holds "libnccl": one line, so the tests can see
  * that only one NCCL library is in the process. */
 static int listNccl(struct dl_phdr_info* info, size_t size, void* arg) {
@@ -480,6 +635,8 @@ int main(int argc, char** argv) {
   printf("one thread: %d ranks ok\n", n);
   if (forkRanks(n, 2, n - 1, recoveryRank) != 0) return 1;
   printf("recovery: %d ranks, one killed, ok\n", n);
+  if (forkRanks(n, 1, -1, api232Rank) != 0) return 1;
+  printf("NCCL 2.32 host API: %d ranks ok\n", n);
   printf("PASS\n");
   return 0;
 }

@@ -36,8 +36,13 @@ TEST(NcclAbi, SameFactsAsNvidiaHeader) {
   }
   // Spot checks that the facts are what NCCL-COMPAT says (the comparison alone would pass
   // for two equally wrong headers).
-  EXPECT_EQ(ours["sizeof(ncclConfig_t)"], 80);
+  EXPECT_EQ(ours["sizeof(ncclConfig_t)"], 120);  // NCCL 2.31's layout, 2.28's plus 9 ints
   EXPECT_EQ(ours["offsetof(ncclConfig_t, nvlinkCentricSched)"], 76);
+  EXPECT_EQ(ours["offsetof(ncclConfig_t, nvlsHostMode)"], 112);
+  EXPECT_EQ(ours["sizeof(ncclCollConfig_t)"], 72);
+  EXPECT_EQ(ours["offsetof(ncclCollConfig_t, userProfilerTag)"], 56);
+  EXPECT_EQ(ours["coll.forceAlgSelection"], 1);
+  EXPECT_EQ(ours["ncclTimeout"], 8);
   EXPECT_EQ(ours["sizeof(ncclUniqueId)"], 128);
   EXPECT_EQ(ours["config.magic"], 0xcafebeefLL);
   EXPECT_EQ(ours["ncclFloat8e5m2"], 11);
@@ -50,7 +55,7 @@ TEST(NcclAbi, ClaimsTheVersionItImplements) {
   // 2.27.7: 2.28 would make clients include nccl_device.h (device API, not implemented).
   EXPECT_EQ(ncclAbiVersionPapccl(), 22707);
 #ifdef NCCL_ABI_HAVE_NVIDIA
-  EXPECT_GE(ncclAbiVersionNvidia(), 22800) << "the reference header is older than 2.28";
+  EXPECT_GE(ncclAbiVersionNvidia(), 23200) << "the reference header is older than 2.32";
 #endif
 }
 
