@@ -40,6 +40,74 @@ static int combine(struct detCtx* c, int lo, int hi, char* dst, const char** res
   return idx;
 }
 
+/* Phase A of the deterministic variant, chunk k of my block: every other rank's raw chunk
+ * lands in its own stage (mine is read in place), and the canonical tree combines them
+ * into recvbuff. */
+static papcclResult_t detReduceChunk(struct detCtx* dc, struct papGeom* g, char* stageBase,
+                                     size_t blockBytes, int myBlock, int k) {
+  struct papEngine* e = dc->e;
+  struct papCall* op = dc->op;
+  int n = e->nranks;
+  int r = e->rank;
+  size_t esz = g->esz;
+  size_t off, cnt;
+  papGeomUnit(g, myBlock, k, &off, &cnt);
+  size_t inBlock = (off - g->blkOff[myBlock]) * esz;
+  dc->bytes = cnt * esz;
+  for (int p = 0; p < n; p++) {
+    dc->stage[p] = stageBase + (size_t)p * blockBytes + inBlock;
+    if (p == r) {
+      dc->leaf[p] = (const char*)op->sendbuff + off * esz;
+      dc->leafStep[p] = -1;
+    } else {
+      dc->leaf[p] = dc->stage[p];
+      dc->leafStep[p] = papStepRecv(e, p, dc->stage[p], dc->bytes, -1, -1);
+      PLAN_OK(dc->leafStep[p]);
+    }
+  }
+  const char* res = NULL;
+  int root = combine(dc, 0, n, (char*)op->recvbuff + off * esz, &res);
+  PLAN_OK(root < -1 ? -1 : 0);
+  papGeomWrote(g, myBlock, k, root);
+  return papcclSuccess;
+}
+
+/* Phase B: owners hand each final chunk to everyone; everyone takes the other blocks'.
+ * Within a host a final chunk is published once in the owner's staging area and every
+ * rank copies it out (one copy in, N-1 out); otherwise it is sent to each rank. */
+static papcclResult_t allgatherBlocks(struct papEngine* e, struct papGeom* g, const int32_t* own,
+                                      int nE, int myBlock, int maxK) {
+  int n = e->nranks;
+  int r = e->rank;
+  int stage = e->stageSlots > 0 && (size_t)papParamChunkSize() <= e->stageSlotBytes;
+  uint64_t tagBase = (e->curSeq + 1) << 32;
+  if (myBlock >= 0) {
+    for (int k = 0; k < papGeomChunks(g, myBlock); k++) {
+      if (stage) {
+        PLAN_OK(papGeomPublish(e, g, myBlock, k, k % e->stageSlots, tagBase | (uint32_t)k, n - 1));
+        continue;
+      }
+      for (int d = 0; d < n; d++)
+        if (d != r) PLAN_OK(papGeomSend(e, g, d, myBlock, k));
+    }
+  }
+  for (int k = 0; k < maxK; k++) {
+    for (int j = 0; j < nE; j++) {
+      if (j == myBlock || k >= papGeomChunks(g, j)) continue;
+      int idx;
+      if (stage) {
+        idx = papGeomFetch(e, g, own[j], j, k, k % e->stageSlots, tagBase | (uint32_t)k);
+        PLAN_OK(idx);
+      } else {
+        idx = papGeomRecv(e, g, own[j], j, k);
+        PLAN_OK(idx);
+      }
+      papStepMarkFinal(e, idx);
+    }
+  }
+  return papcclSuccess;
+}
+
 papcclResult_t papAlgoAllReduceAc2s(struct papEngine* e, struct papCall* op) {
   int n = e->nranks;
   int r = e->rank;
@@ -92,54 +160,8 @@ papcclResult_t papAlgoAllReduceAc2s(struct papEngine* e, struct papCall* op) {
         PLAN_OK(papGeomRecvReduce(e, &g, srcs[s], myBlock, k, op->dtype, op->red));
       continue;
     }
-    size_t off, cnt;
-    papGeomUnit(&g, myBlock, k, &off, &cnt);
-    size_t inBlock = (off - g.blkOff[myBlock]) * esz;
-    dc.bytes = cnt * esz;
-    for (int p = 0; p < n; p++) {
-      dc.stage[p] = stageBase + (size_t)p * blockBytes + inBlock;
-      if (p == r) {
-        dc.leaf[p] = (const char*)op->sendbuff + off * esz;
-        dc.leafStep[p] = -1;
-      } else {
-        dc.leaf[p] = dc.stage[p];
-        dc.leafStep[p] = papStepRecv(e, p, dc.stage[p], dc.bytes, -1, -1);
-        PLAN_OK(dc.leafStep[p]);
-      }
-    }
-    const char* res = NULL;
-    int root = combine(&dc, 0, n, (char*)op->recvbuff + off * esz, &res);
-    PLAN_OK(root < -1 ? -1 : 0);
-    papGeomWrote(&g, myBlock, k, root);
+    papcclResult_t res = detReduceChunk(&dc, &g, stageBase, blockBytes, myBlock, k);
+    if (res != papcclSuccess) return res;
   }
-  /* Phase B: owners hand each final chunk to everyone; everyone takes the other blocks'.
-   * Within a host a final chunk is published once in the owner's staging area and every
-   * rank copies it out (one copy in, N-1 out); otherwise it is sent to each rank. */
-  int stage = e->stageSlots > 0 && (size_t)papParamChunkSize() <= e->stageSlotBytes;
-  uint64_t tagBase = (e->curSeq + 1) << 32;
-  if (myBlock >= 0) {
-    for (int k = 0; k < papGeomChunks(&g, myBlock); k++) {
-      if (stage) {
-        PLAN_OK(papGeomPublish(e, &g, myBlock, k, k % e->stageSlots, tagBase | (uint32_t)k, n - 1));
-        continue;
-      }
-      for (int d = 0; d < n; d++)
-        if (d != r) PLAN_OK(papGeomSend(e, &g, d, myBlock, k));
-    }
-  }
-  for (int k = 0; k < maxK; k++) {
-    for (int j = 0; j < nE; j++) {
-      if (j == myBlock || k >= papGeomChunks(&g, j)) continue;
-      int idx;
-      if (stage) {
-        idx = papGeomFetch(e, &g, own[j], j, k, k % e->stageSlots, tagBase | (uint32_t)k);
-        PLAN_OK(idx);
-      } else {
-        idx = papGeomRecv(e, &g, own[j], j, k);
-        PLAN_OK(idx);
-      }
-      papStepMarkFinal(e, idx);
-    }
-  }
-  return papcclSuccess;
+  return allgatherBlocks(e, &g, own, nE, myBlock, maxK);
 }

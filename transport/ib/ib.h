@@ -154,6 +154,14 @@ struct ibState {
     q_->link = NULL; \
   } while (0)
 
+/* ---- The device (ib_device.c) ---------------------------------------------------------- */
+
+/* Reads and checks the PAPCCL_IB_* parameters into st (buffers, RDMA threshold, timeout). */
+papcclResult_t papIbReadParams(struct ibState* st);
+/* Opens PAPCCL_IB_HCA (name[:port]) or the first device with an active port: st's context,
+ * port, link layer, MTU, LID and GID (fails on a device without RDMA atomics). */
+papcclResult_t papIbOpenDevice(struct ibState* st);
+
 /* ---- The protocol (ib_proto.c) ---------------------------------------------------------- */
 
 /* Handles every completion there is (and rings the bell); returns how many. */
