@@ -5,6 +5,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <thread>
 
@@ -375,6 +377,43 @@ void ExpectAllSucceeded(const std::vector<Outcome>& out, const std::string& what
       ADD_FAILURE() << what << ": rank " << o.rank << " exited with status " << o.exitCode
                     << " (its failures are printed above)";
   }
+}
+
+SharedTime::SharedTime() {
+  page_ = mmap(nullptr, sizeof(std::atomic<double>), PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page_ == MAP_FAILED) {
+    ADD_FAILURE() << "SharedTime: mmap failed: " << strerror(errno);
+    page_ = nullptr;
+    return;
+  }
+  new (page_) std::atomic<double>(0);
+}
+
+SharedTime::~SharedTime() {
+  if (page_) munmap(page_, sizeof(std::atomic<double>));
+}
+
+void SharedTime::Set(double s) {
+  if (page_) static_cast<std::atomic<double>*>(page_)->store(s);
+}
+
+double SharedTime::Get() const {
+  return page_ ? static_cast<std::atomic<double>*>(page_)->load() : 0;
+}
+
+bool NamesDeadRank(const std::string& text, int victim) {
+  const std::string v = std::to_string(victim) + " (";
+  return text.find("peer " + v) != std::string::npos || text.find("rank " + v) != std::string::npos;
+}
+
+void ExpectDeadRankSeen(papcclResult_t res, double latencyS, const std::string& why, int victim,
+                        const std::string& what) {
+  EXPECT_EQ(papcclRemoteError, res) << what << ": " << papcclGetErrorString(res) << ": " << why;
+  EXPECT_TRUE(NamesDeadRank(why, victim))
+      << what << ": the error does not name the dead rank " << victim << ": " << why;
+  EXPECT_LT(latencyS, kDeadRankBoundS)
+      << what << ": the dead rank " << victim << " was seen only after " << latencyS << " s";
 }
 
 std::vector<int> RunThreads(int n, const Body& body, const Options& opt) {
