@@ -24,6 +24,17 @@
 #include "papccl.h"
 #include "soak.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define SOAK_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SOAK_ASAN 1
+#endif
+#endif
+#ifdef SOAK_ASAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
 /* ---- Parent: forks the ranks, watches them, reports ------------------------------------- */
 
 static pid_t g_pids[SOAK_MAX_RANKS];
@@ -81,6 +92,22 @@ static void usage(const char* prog) {
           "  random collectives on N forked ranks (2..%d, default 4) for S seconds (default 60);\n"
           "  every result is checked exactly. Exit 0 only with no wrong result, error or hang.\n",
           prog, SOAK_MAX_RANKS);
+}
+
+/* A rank's exit status once it is done: _exit() skips LeakSanitizer's check at exit, so
+ * under ASan (detect_leaks=1) the rank checks for leaks first; a leak fails it. */
+static int rankLeakChecked(int rank, int status) {
+#ifdef SOAK_ASAN
+  fflush(stdout);
+  fflush(stderr);
+  if (__lsan_do_recoverable_leak_check() != 0) {
+    fprintf(stderr, "papccl_soak: rank %d: LeakSanitizer found leaks (reported above)\n", rank);
+    if (status == 0) status = 1;
+  }
+#else
+  (void)rank;
+#endif
+  return status;
 }
 
 int main(int argc, char** argv) {
@@ -185,7 +212,7 @@ int main(int argc, char** argv) {
       papcclUniqueId id;
       if (readFull(fds[0], &id, sizeof(id)) != 0) _exit(3);
       close(fds[0]);
-      _exit(papSoakRankMain(&cfg, sh, r, id));
+      _exit(rankLeakChecked(r, papSoakRankMain(&cfg, sh, r, id)));
     }
     close(fds[0]);
     idFds[r] = fds[1];

@@ -201,6 +201,13 @@ int main(int argc, char** argv) {
   if (argc == 2 && strncmp(argv[1], "--ipc-child=", 12) == 0) return ipcChild(argv[1] + 12);
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    // Suite gpu-sim (PAPCCL_TEST_CUDASIM=require) runs on the build's own stand-in: no
+    // device there means it did not load, a failure.
+    const char* req = getenv("PAPCCL_TEST_CUDASIM");
+    if (req != nullptr && strcmp(req, "require") == 0) {
+      printf("FAIL: PAPCCL_TEST_CUDASIM=require, but no CUDA device: the stand-in did not load\n");
+      return 1;
+    }
     printf("SKIP: no CUDA device (the stand-in is not first on LD_LIBRARY_PATH)\n");
     return 77;
   }

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,11 +40,26 @@ inline std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
   return v;
 }
 
+// Whether the run needs the CUDA stand-in (suite gpu-sim sets PAPCCL_TEST_CUDASIM=require):
+// there "no device" means the build's own stand-in did not load, a failure, not a skip.
+inline bool standInRequired() {
+  const char* v = getenv("PAPCCL_TEST_CUDASIM");
+  return v != nullptr && strcmp(v, "require") == 0;
+}
+
 // main() of a GPU test binary: without a GPU it reports "skipped" to the test runner (exit
-// code 77, which meson shows as SKIP) and says why, instead of passing silently.
+// code 77, which meson shows as SKIP) and says why, instead of passing silently; where the
+// stand-in is required (suite gpu-sim), it fails.
 inline int runGpuTests(int argc, char** argv) {
   std::string why;
   if (!haveGpu(&why)) {
+    if (standInRequired()) {
+      printf(
+          "FAIL: PAPCCL_TEST_CUDASIM=require, but the CUDA stand-in (tests/cudasim) did not "
+          "load or has no device: %s\n",
+          why.c_str());
+      return 1;
+    }
     printf("SKIP: %s\n", why.c_str());
     return 77;
   }

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Collectives on device buffers in CUDA stream order, ranks sharing one GPU.
 //
-// The oracle: the same collective on host buffers (the host path is checked bit for bit
-// against NCCL's rules by the mp suite); the device result must equal it bit for bit. Also:
+// The oracle: the same collective on host buffers (papccl's host path, which the multirank
+// suite checks bit for bit against the harness's independent references); the device result
+// must equal it bit for bit. A collective that only moves data is also checked against every
+// rank's input laid out as NCCL defines it, made here without papccl. Also:
 // stream ordering (a kernel writes the input just before the collective and one reads the
 // output just after), the arrival on the stream (one rank's stream delayed by a spin kernel
 // is seen as late by the PAP engine), memory types (pinned, managed, mixed), graph capture
@@ -172,13 +174,61 @@ void onRanks(int n, const std::function<void(int, papcclComm_t, cudaStream_t)>& 
     EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
 }
 
-// One case on every rank: device result vs host result, bit for bit. Returns mismatches.
+// Rank q's input for collective c, type t (every rank can make any rank's).
+std::vector<uint8_t> inputOf(int c, papcclDataType_t t, size_t count, int q, int n) {
+  size_t se, re;
+  sizes(c, count, n, &se, &re);
+  return randomBytes(se * papKernTypeSize(t), 1000u * q + 7u * c + t);
+}
+
+// The result of a collective that only moves data, made here from every rank's input and
+// NCCL's layouts alone (independent of papccl); false for the reducing ones. Root n - 1.
+bool movedData(int c, papcclDataType_t t, size_t count, int rank, int n,
+               std::vector<uint8_t>* out) {
+  const size_t blk = count * papKernTypeSize(t);
+  const int root = n - 1;
+  out->clear();
+  switch (c) {
+  case kBroadcast:
+    *out = inputOf(c, t, count, root, n);
+    return true;
+  case kAllGather:
+  case kGather:  // checked on the root only
+    for (int q = 0; q < n; q++) {
+      auto in = inputOf(c, t, count, q, n);
+      out->insert(out->end(), in.begin(), in.end());
+    }
+    return true;
+  case kAlltoAll:
+    for (int q = 0; q < n; q++) {
+      auto in = inputOf(c, t, count, q, n);
+      out->insert(out->end(), in.begin() + rank * blk, in.begin() + (rank + 1) * blk);
+    }
+    return true;
+  case kScatter: {
+    auto in = inputOf(c, t, count, root, n);
+    out->assign(in.begin() + rank * blk, in.begin() + (rank + 1) * blk);
+    return true;
+  }
+  case kSendRecv:
+    *out = inputOf(c, t, count, (rank + n - 1) % n, n);
+    return true;
+  default:
+    return false;
+  }
+}
+
+// One case on every rank: device result vs host result, bit for bit; a collective that only
+// moves data also against the result made here from every rank's input (movedData). The host
+// result of a reducing one is papccl's own host path: the multirank suite checks that path
+// against the harness's independent references, the unit suite the functors (docs/TESTING.md).
+// Returns mismatches.
 void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int rank, int n,
                papcclComm_t comm, cudaStream_t st, bool inPlace, int* bad) {
   size_t se, re;
   sizes(c, count, n, &se, &re);
   const size_t esz = papKernTypeSize(t);
-  auto in = randomBytes(se * esz, 1000u * rank + 7u * c + t);
+  auto in = inputOf(c, t, count, rank, n);
   std::vector<uint8_t> hostOut(re * esz, 0), devOut(re * esz, 0);
   // Host reference.
   std::vector<uint8_t> hs(in), hr(re * esz, 0);
@@ -208,6 +258,16 @@ void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int ra
     ADD_FAILURE() << collName(c) << " type " << t << " op " << op << " count " << count << " rank "
                   << rank << "/" << n << (inPlace ? " in place" : "")
                   << ": device result differs from the host result";
+  }
+  std::vector<uint8_t> moved;
+  if (recvUsed && movedData(c, t, count, rank, n, &moved)) {
+    EXPECT_EQ(re * esz, moved.size()) << collName(c) << ": test design error";
+    if (moved.size() == re * esz && memcmp(devOut.data(), moved.data(), re * esz) != 0) {
+      (*bad)++;
+      ADD_FAILURE() << collName(c) << " type " << t << " count " << count << " rank " << rank << "/"
+                    << n << (inPlace ? " in place" : "")
+                    << ": device result differs from every rank's input laid out as NCCL's";
+    }
   }
 }
 

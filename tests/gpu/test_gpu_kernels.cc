@@ -24,6 +24,12 @@ const char* typeName(int t) {
 
 }  // namespace
 
+// On a GPU: the CUDA kernels (code generation, vector and alignment paths, NaN handling)
+// against the host loops, whose functors the unit suite checks against independent
+// references. On the CUDA stand-in, which runs each registered kernel with the same functors
+// (kernels/reduce_ops.h), the values compare those functors with themselves: there it covers
+// only the launch path (the type and op to kernel dispatch, the launch configuration, the
+// arguments, unaligned pointers, the copies), not the arithmetic.
 TEST(GpuKernels, MatchHostBitForBit) {
   std::string why;
   if (!haveGpu(&why)) GTEST_SKIP() << why;

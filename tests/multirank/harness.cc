@@ -5,6 +5,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -20,10 +21,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <thread>
 
 #include "internal/shim_comm.h"
+#include "sanitizer.h"
+
+#if PAPT_ASAN
+#include <sanitizer/lsan_interface.h>
+#endif
 
 namespace papt {
 
@@ -185,6 +192,36 @@ const char* InitName(Init i) {
 
 namespace {
 
+// Ends a forked rank with status. _exit() skips the exit handlers, and with them
+// LeakSanitizer's check at exit: under ASan (with detect_leaks=1, as the ASan stage runs)
+// the rank checks for leaks here first, and leaks fail it (status 1 where it was 0).
+[[noreturn]] void ChildExit(int r, int n, int status) {
+  fflush(stdout);
+  fflush(stderr);
+#if PAPT_ASAN
+  // LeakSanitizer stops the process with a tracer child, which cannot run in a process whose
+  // children go to another PID namespace (unshare(CLONE_NEWPID)): such a rank says so.
+  char ns[64] = "", nsChildren[64] = "";
+  ssize_t a = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+  ssize_t b = readlink("/proc/self/ns/pid_for_children", nsChildren, sizeof(nsChildren) - 1);
+  if (a > 0 && b > 0 && strcmp(ns, nsChildren) != 0) {
+    fprintf(stderr,
+            "rank %d/%d (pid %d): not leak-checked: its children are in another PID "
+            "namespace, where LeakSanitizer cannot run\n",
+            r, n, (int)getpid());
+  } else if (__lsan_do_recoverable_leak_check() != 0) {
+    fprintf(stderr, "rank %d/%d (pid %d): LeakSanitizer found leaks (reported above)\n", r, n,
+            (int)getpid());
+    fflush(stderr);
+    if (status == 0) status = 1;
+  }
+#else
+  (void)r;
+  (void)n;
+#endif
+  _exit(status);
+}
+
 [[noreturn]] void ChildMain(int r, int n, const papcclUniqueId& id, const Body& body,
                             const Options& opt) {
   int status = 0;
@@ -195,9 +232,7 @@ namespace {
       if (res != papcclSuccess) {
         fprintf(stderr, "rank %d/%d (pid %d): papcclCommInitRank failed: %d (%s): %s\n", r, n,
                 (int)getpid(), (int)res, papcclGetErrorString(res), papcclGetLastError(nullptr));
-        fflush(stdout);
-        fflush(stderr);
-        _exit(2);
+        ChildExit(r, n, 2);
       }
     }
     body(rk);
@@ -221,9 +256,7 @@ namespace {
     fprintf(stderr, "rank %d/%d (pid %d): unexpected WARN: %s\n", r, n, (int)getpid(), m.c_str());
     status = 1;
   }
-  fflush(stdout);
-  fflush(stderr);
-  _exit(status);
+  ChildExit(r, n, status);
 }
 
 }  // namespace
@@ -276,8 +309,7 @@ std::vector<Outcome> RunProcesses(int n, const Body& body, const Options& opt) {
       papcclUniqueId id;
       if (!ReadFull(fds[0], &id, sizeof(id), 60)) {
         fprintf(stderr, "rank %d/%d (pid %d): no unique id from the parent\n", r, n, (int)getpid());
-        fflush(stderr);
-        _exit(3);
+        ChildExit(r, n, 3);
       }
       close(fds[0]);
       ChildMain(r, n, id, body, opt);
@@ -375,6 +407,43 @@ void ExpectAllSucceeded(const std::vector<Outcome>& out, const std::string& what
       ADD_FAILURE() << what << ": rank " << o.rank << " exited with status " << o.exitCode
                     << " (its failures are printed above)";
   }
+}
+
+SharedTime::SharedTime() {
+  page_ = mmap(nullptr, sizeof(std::atomic<double>), PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page_ == MAP_FAILED) {
+    ADD_FAILURE() << "SharedTime: mmap failed: " << strerror(errno);
+    page_ = nullptr;
+    return;
+  }
+  new (page_) std::atomic<double>(0);
+}
+
+SharedTime::~SharedTime() {
+  if (page_) munmap(page_, sizeof(std::atomic<double>));
+}
+
+void SharedTime::Set(double s) {
+  if (page_) static_cast<std::atomic<double>*>(page_)->store(s);
+}
+
+double SharedTime::Get() const {
+  return page_ ? static_cast<std::atomic<double>*>(page_)->load() : 0;
+}
+
+bool NamesDeadRank(const std::string& text, int victim) {
+  const std::string v = std::to_string(victim) + " (";
+  return text.find("peer " + v) != std::string::npos || text.find("rank " + v) != std::string::npos;
+}
+
+void ExpectDeadRankSeen(papcclResult_t res, double latencyS, const std::string& why, int victim,
+                        const std::string& what) {
+  EXPECT_EQ(papcclRemoteError, res) << what << ": " << papcclGetErrorString(res) << ": " << why;
+  EXPECT_TRUE(NamesDeadRank(why, victim))
+      << what << ": the error does not name the dead rank " << victim << ": " << why;
+  EXPECT_LT(latencyS, kDeadRankBoundS)
+      << what << ": the dead rank " << victim << " was seen only after " << latencyS << " s";
 }
 
 std::vector<int> RunThreads(int n, const Body& body, const Options& opt) {

@@ -136,7 +136,8 @@ struct Outcome {
 // Forks n children, then makes the unique id here and sends it to them (so that no library
 // thread runs in this process while it forks); each child creates its communicator (unless
 // !makeComm), runs body, destroys the communicator (if destroy), and _exit()s with 0 (no
-// failure, no unexpected WARN) or 1. Children never return into the test framework.
+// failure, no unexpected WARN, and under ASan no leak that LeakSanitizer finds) or 1.
+// Children never return into the test framework.
 // Children still running at the deadline are killed.
 std::vector<Outcome> RunProcesses(int n, const Body& body, const Options& opt = {});
 
@@ -146,6 +147,41 @@ void ExpectAllSucceeded(const std::vector<Outcome>& out, const std::string& what
 // Expects rank victim to have died of SIGKILL and every other rank to have exited with 0
 // before the deadline (prints each rank's end).
 void ExpectKilledAndSurvivors(const std::vector<Outcome>& out, int victim);
+
+// ---- A dead rank --------------------------------------------------------------------------
+
+// README ("Surviving a failed rank"): a rank that dies fails the operation every survivor is
+// in within about 0.1 s (each wait checks its peers every 100 ms), with papcclRemoteError and
+// a WARN naming the dead rank. The tests hold every survivor to kDeadRankBoundS from the
+// death (or from the call's start, if later): twenty health-check periods. Measured on a
+// 2-core machine with 4 ranks as processes while a second build used both cores: 0.10 to
+// 0.14 s. A survivor that misses the death fails at PAPCCL_TIMEOUT_S (5 s or more in these
+// tests), which the bound tells apart.
+constexpr double kDeadRankBoundS = 2.0;
+
+// A moment shared by the forked ranks of a test (a MAP_SHARED page made before the fork):
+// the victim, or the parent that kills it, records the time of death; 0 while unset.
+class SharedTime {
+ public:
+  SharedTime();
+  ~SharedTime();
+  SharedTime(const SharedTime&) = delete;
+  SharedTime& operator=(const SharedTime&) = delete;
+  void Set(double s);
+  double Get() const;
+
+ private:
+  void* page_;
+};
+
+// Whether text (a WARN) names rank victim as the dead one ("peer 2 (pid ...", "rank 2 (pid ...").
+bool NamesDeadRank(const std::string& text, int victim);
+
+// Expects a survivor's failing call to have returned papcclRemoteError, with why (its comm's
+// last WARN) naming victim, within kDeadRankBoundS of the death: latencyS is the time from
+// the death (or the call's start, if later) to the call's return.
+void ExpectDeadRankSeen(papcclResult_t res, double latencyS, const std::string& why, int victim,
+                        const std::string& what);
 
 // Runs body on n threads, one per rank; returns each rank's "body completed" flag (a shared
 // vector). Failures inside the body are recorded by the framework directly.

@@ -37,9 +37,13 @@ void runNonBlocking(int n, Body body) {
     th.emplace_back([&, r] {
       papcclConfig_t cfg = PAPCCL_CONFIG_INITIALIZER;
       cfg.blocking = 0;
+      // A non-blocking init hands its work to the progress thread: it is in progress.
       papcclResult_t res = papcclCommInitRankConfig(&comms[r], n, id, r, &cfg);
-      if ((res != papcclInProgress && res != papcclSuccess) || waitComm(comms[r]) != papcclSuccess)
-        return;
+      EXPECT_EQ(papcclInProgress, res) << "rank " << r << ": non-blocking init";
+      if (res != papcclInProgress && res != papcclSuccess) return;
+      const papcclResult_t st = waitComm(comms[r]);
+      EXPECT_EQ(papcclSuccess, st) << "rank " << r << ": init did not complete";
+      if (st != papcclSuccess) return;
       ok[r] = body(r, comms[r]);
     });
   }
@@ -65,8 +69,10 @@ TEST(NonBlocking, InitAndAllReduceCompleteAsynchronously) {
       in[i] = int32_t(i % 1000) * (r + 1);
     papcclResult_t res =
         papcclAllReduce(in.data(), out.data(), count, papcclInt32, papcclSum, comm, nullptr);
-    if ((res != papcclInProgress && res != papcclSuccess) || waitComm(comm) != papcclSuccess)
-      return false;
+    EXPECT_EQ(papcclInProgress, res) << "rank " << r << ": allreduce on a non-blocking comm";
+    const papcclResult_t st = waitComm(comm);
+    EXPECT_EQ(papcclSuccess, st) << "rank " << r << ": the allreduce did not complete";
+    if ((res != papcclInProgress && res != papcclSuccess) || st != papcclSuccess) return false;
     for (size_t i = 0; i < count; i++)
       if (out[i] != int32_t(i % 1000) * (n * (n + 1) / 2)) return false;
     return true;
@@ -77,12 +83,20 @@ TEST(NonBlocking, GroupedOpsReturnInProgressThenComplete) {
   const int n = 2;
   runNonBlocking(n, [n](int r, papcclComm_t comm) {
     std::vector<float> a(1000, float(r + 1)), b(1000, 0.f), c(1000 * n, 0.f);
-    papcclGroupStart();
-    papcclAllReduce(a.data(), b.data(), 1000, papcclFloat32, papcclMax, comm, nullptr);
-    papcclAllGather(a.data(), c.data(), 1000, papcclFloat32, comm, nullptr);
+    // Inside a group the calls are only recorded (success); the group's end queues them on
+    // the progress thread (in progress).
+    EXPECT_EQ(papcclSuccess, papcclGroupStart()) << "rank " << r;
+    EXPECT_EQ(papcclSuccess,
+              papcclAllReduce(a.data(), b.data(), 1000, papcclFloat32, papcclMax, comm, nullptr))
+        << "rank " << r << ": grouped allreduce";
+    EXPECT_EQ(papcclSuccess,
+              papcclAllGather(a.data(), c.data(), 1000, papcclFloat32, comm, nullptr))
+        << "rank " << r << ": grouped allgather";
     papcclResult_t res = papcclGroupEnd();
-    if ((res != papcclInProgress && res != papcclSuccess) || waitComm(comm) != papcclSuccess)
-      return false;
+    EXPECT_EQ(papcclInProgress, res) << "rank " << r << ": the group's end on a non-blocking comm";
+    const papcclResult_t st = waitComm(comm);
+    EXPECT_EQ(papcclSuccess, st) << "rank " << r << ": the group did not complete";
+    if ((res != papcclInProgress && res != papcclSuccess) || st != papcclSuccess) return false;
     for (int i = 0; i < 1000; i++)
       if (b[i] != float(n)) return false;
     for (int p = 0; p < n; p++)

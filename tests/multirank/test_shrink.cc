@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -148,13 +149,15 @@ void PrintTo(const KillCase& k, std::ostream* os) {
 class ShrinkKill : public Test, public ::testing::WithParamInterface<KillCase> {};
 
 constexpr int kKillTimeoutS = 60;
-// Far below PAPCCL_TIMEOUT_S: the death was seen, not the timeout (which the noisy machines
-// of the test runs must never reach by chance).
+// The bootstrap (a dead member of a shrink) sees a death by its listener's refusal, 0.5 s at
+// most (docs/FAULTS.md); far below PAPCCL_TIMEOUT_S: the death was seen, not the timeout
+// (which the noisy machines of the test runs must never reach by chance).
 constexpr double kDetectBoundS = 10;
 
 // Allreduces of count floats on comm until one fails (a peer died), for at most twice the
-// kill tests' timeout; returns how long the failing call took and its result in *res.
-double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res);
+// kill tests' timeout; returns how long the failing call took, its result in *res and its
+// start in *startOut.
+double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res, double* startOut);
 
 TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
   const KillCase k = GetParam();
@@ -163,6 +166,7 @@ TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
   const int n = 4;
   Options opt = SurvivorOptions(150);
   if (!k.reaped) opt.reapLast = k.victim;
+  SharedTime death;
   auto out = RunProcesses(
       n,
       [&](Rank& rk) {
@@ -170,9 +174,13 @@ TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
         ASSERT_EQ(papcclSuccess, papcclAllReduce(buf.data(), buf.data(), k.count, papcclFloat32,
                                                  papcclSum, rk.comm, nullptr));
         if (rk.rank == k.victim) {
-          if (!k.mid) raise(SIGKILL);
-          std::thread([] {
+          if (!k.mid) {
+            death.Set(NowS());
+            raise(SIGKILL);
+          }
+          std::thread([&death] {
             std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            death.Set(NowS());
             raise(SIGKILL);
           }).detach();
           for (;;)
@@ -181,11 +189,16 @@ TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
         }
         ExpectWarn any;  // the dead-peer reports, the shrink's cancelled parent
         papcclResult_t res = papcclSuccess;
-        const double callS = CallUntilFailure(rk.comm, k.count, &res);
-        fprintf(stderr, "%s: rank %d: detection: the failing call took %.3f s: %s\n", k.name,
-                rk.rank, callS, papcclGetLastError(rk.comm));
-        EXPECT_NE(papcclSuccess, res);
-        EXPECT_LT(callS, kDetectBoundS) << "the dead rank was not seen before the timeout";
+        double startS = 0;
+        const double callS = CallUntilFailure(rk.comm, k.count, &res, &startS);
+        const double latencyS = startS + callS - std::max(startS, death.Get());
+        const std::string why = papcclGetLastError(rk.comm);
+        fprintf(stderr,
+                "%s: rank %d: detection: the failing call took %.3f s, %.3f s after the death: "
+                "%s\n",
+                k.name, rk.rank, callS, latencyS, why.c_str());
+        ExpectDeadRankSeen(res, latencyS, why, k.victim,
+                           std::string(k.name) + ": rank " + std::to_string(rk.rank));
         int dead = k.victim;
         papcclComm_t child = nullptr;
         const double s0 = NowS();
@@ -205,7 +218,7 @@ TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
 
 const size_t kLarge = size_t(1) << 20;  // 4 MiB: the engine's plans
 
-double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res) {
+double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res, double* startOut) {
   std::vector<float> buf(count, 1.0f);
   double callS = 0;
   *res = papcclSuccess;
@@ -214,6 +227,7 @@ double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res) {
     const double t0 = NowS();
     *res = papcclAllReduce(buf.data(), buf.data(), count, papcclFloat32, papcclSum, comm, nullptr);
     callS = NowS() - t0;
+    *startOut = t0;
   }
   return callS;
 }
@@ -376,15 +390,14 @@ TEST_F(Shrink, PeerKilledInAnotherPidNamespaceIsSeen) {
           CheckedAllReduces(comm, rk.rank, 2, 6, "before the kill");
           ExpectWarn any;
           papcclResult_t res = papcclSuccess;
-          const double callS = CallUntilFailure(comm, 4096, &res);
+          double startS = 0;
+          const double callS = CallUntilFailure(comm, 4096, &res, &startS);
           const std::string why = papcclGetLastError(comm);
           fprintf(stderr, "pidns: rank 0: detection: the failing call took %.3f s: %s\n", callS,
                   why.c_str());
-          EXPECT_NE(papcclSuccess, res);
-          EXPECT_LT(callS, kDetectBoundS) << "the dead rank was not seen before the timeout";
-          EXPECT_TRUE(why.find("peer 1 ") != std::string::npos ||
-                      why.find("rank 1 ") != std::string::npos)
-              << "the error does not name rank 1: " << why;
+          // The victim dies right after its last allreduce: the call's time bounds the
+          // detection's.
+          ExpectDeadRankSeen(res, callS, why, 1, "pidns: rank 0");
           EXPECT_EQ(papcclSuccess, papcclCommAbort(comm));
           return;
         }
@@ -433,7 +446,7 @@ TEST_F(Shrink, ForkedChildOfADeadRankDoesNotHideItsDeath) {
           pid_t worker = fork();
           if (worker == 0) {
             // Lives on after its parent's death, past the bound, then goes quietly.
-            std::this_thread::sleep_for(std::chrono::duration<double>(kDetectBoundS + 3));
+            std::this_thread::sleep_for(std::chrono::duration<double>(kDeadRankBoundS + 3));
             _exit(0);
           }
           CheckedAllReduces(rk.comm, rk.rank, n, 3, "after the fork");
@@ -442,11 +455,14 @@ TEST_F(Shrink, ForkedChildOfADeadRankDoesNotHideItsDeath) {
         CheckedAllReduces(rk.comm, rk.rank, n, 3, "after the fork");
         ExpectWarn any;
         papcclResult_t res = papcclSuccess;
-        const double callS = CallUntilFailure(rk.comm, kLarge, &res);
+        double startS = 0;
+        const double callS = CallUntilFailure(rk.comm, kLarge, &res, &startS);
+        const std::string why = papcclGetLastError(rk.comm);
         fprintf(stderr, "forked: rank %d: detection: the failing call took %.3f s: %s\n", rk.rank,
-                callS, papcclGetLastError(rk.comm));
-        EXPECT_NE(papcclSuccess, res);
-        EXPECT_LT(callS, kDetectBoundS) << "the dead rank was not seen before the timeout";
+                callS, why.c_str());
+        // The victim dies right after its last allreduce: the call's time bounds the
+        // detection's.
+        ExpectDeadRankSeen(res, callS, why, victim, "forked: rank " + std::to_string(rk.rank));
         int dead = victim;
         papcclComm_t child = nullptr;
         ASSERT_EQ(papcclSuccess,

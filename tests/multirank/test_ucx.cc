@@ -468,11 +468,14 @@ TEST_F(Ucx, ClassicCallsSkipTheBoardBetweenProbes) {
   ExpectAllSucceeded(out, "probes");
 }
 
-// hostOf: the host of each rank; dead: the rank whose process exits.
-void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead) {
+// hostOf: the host of each rank; dead: the rank whose process exits. strict: every survivor
+// fails with papcclRemoteError naming the dead rank within kDeadRankBoundS (the README's
+// claim); else only "not success" before the 20 s timeout allows (the hierarchy, below).
+void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead, bool strict) {
   const int n = (int)hostOf.size();
   Options opt = OwnComms(120);
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", "20");
+  SharedTime death;
   auto out = RunProcesses(
       n,
       [&](Rank& rk) {
@@ -482,13 +485,25 @@ void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead) {
         c.count = 100000;
         EXPECT_TRUE(RunCase(rk, c));
         ExpectWarn warned;  // the survivors log why they fail (the peer, then the board)
-        if (rk.rank == dead) _exit(0);  // the process goes away without a word
+        if (rk.rank == dead) {
+          death.Set(NowS());
+          _exit(0);  // the process goes away without a word
+        }
         std::vector<float> b(100000, 1.0f);
         double t0 = NowS();
         papcclResult_t r = papcclAllReduce(b.data(), b.data(), b.size(), papcclFloat32, papcclSum,
                                            rk.comm, nullptr);
-        EXPECT_NE(papcclSuccess, r);
-        EXPECT_LT(NowS() - t0, 60.0) << "the failure took longer than the timeout allows";
+        const double end = NowS();
+        const std::string why = papcclGetLastError(rk.comm);
+        fprintf(stderr, "rank %d: returned %d after %.3f s: %s\n", rk.rank, (int)r, end - t0,
+                why.c_str());
+        if (strict) {
+          ExpectDeadRankSeen(r, end - std::max(t0, death.Get()), why, dead,
+                             "rank " + std::to_string(rk.rank));
+        } else {
+          EXPECT_NE(papcclSuccess, r);
+          EXPECT_LT(end - t0, 60.0) << "the failure took longer than the timeout allows";
+        }
         // Rank 0 holds the arrival board: it stays a moment so that the other survivors
         // fail on the dead peer, not on a vanished board.
         if (rk.rank == 0) usleep(500000);
@@ -502,13 +517,16 @@ void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead) {
 }
 
 TEST_F(Ucx, DeadPeerFailsCleanly) {
-  DeadPeerFailsCleanly({0, 1, 2}, 1);
+  DeadPeerFailsCleanly({0, 1, 2}, 1, true);
 }
 
 // The same in a hierarchy (two hosts of two ranks): the dead rank's host mate fails in the
-// local step, the leaders in the network step, the other rank in the local broadcast.
+// local step, the leaders in the network step, the other rank in the local broadcast. Not
+// held to the README's bound yet: the other rank (1) learns only at PAPCCL_TIMEOUT_S (its
+// host's comm does not hold the dead rank, and its leader's abort reads as a departure), and
+// the WARNs name ranks of the internal per-host and leader comms (docs/FAULTS.md).
 TEST_F(Ucx, DeadPeerInHierarchyFailsCleanly) {
-  DeadPeerFailsCleanly({0, 0, 1, 1}, 3);
+  DeadPeerFailsCleanly({0, 0, 1, 1}, 3, false);
 }
 
 // Takes this namespace's eth0 down, as a pulled cable would (the process is root there).

@@ -9,7 +9,10 @@
  * The parent forks the ranks before anything starts a thread or touches CUDA; rank 0 makes
  * the unique id and sends it to the others through pipes, as an MPI program broadcasts it;
  * NCCL_PROGRAM_EXPECT_LIB=TEXT makes it check that the libnccl answering has TEXT in its
- * path. Prints "PASS" at the end; a failed check prints "FAIL ..." and exits 1. */
+ * path. Prints "PASS" at the end; a failed check prints "FAIL ..." and exits 1. Built on
+ * papccl's own header (NCCL_PROGRAM_OWN_HEADER), a pass exits 77 (the test runner's
+ * "skipped"): what the test is for, NVIDIA's header and library under papccl's, was not
+ * shown. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -135,5 +138,13 @@ int main(int argc, char** argv) {
     }
   }
   printf("%s\n", bad ? "FAIL" : "PASS");
+#ifdef NCCL_PROGRAM_OWN_HEADER
+  if (!bad) {
+    printf(
+        "SKIP: built on papccl's own nccl.h (NVIDIA's NCCL was not found at configure "
+        "time): the program passed, but not as a program built for NVIDIA's NCCL\n");
+    return 77;
+  }
+#endif
   return bad;
 }

@@ -7,6 +7,8 @@
 #   PROGRAM_NVIDIA  the same source built against NVIDIA's nccl.h and linked to NVIDIA's
 #                   libnccl.so.2 (absent: NVIDIA's NCCL was not found, those checks skip)
 #   NVIDIA_LIBNCCL  NVIDIA's libnccl.so.2, for the exported-symbol comparison
+# Exit status: 1 when a check failed, else 77 (the test runner's "skipped") when a check
+# could not run, so that a run without NVIDIA's NCCL never reads as a pass; 0 otherwise.
 set -u
 # The test runner may put our library directory on LD_LIBRARY_PATH: each run below chooses
 # its own search path.
@@ -32,7 +34,18 @@ fail() {
   [ -s "$T/err" ] && sed 's/^/#   err: /' "$T/err" | head -30
   return 0
 }
-skip() { echo "ok - # SKIP $1"; }
+skipped=0
+skip() {
+  skipped=1
+  echo "ok - # SKIP $1"
+}
+# The end: failures fail; otherwise a skipped check makes the whole test a skip.
+finish() {
+  echo "1..$count"
+  [ "$failures" = 0 ] || exit 1
+  [ "$skipped" = 0 ] || exit 77
+  exit 0
+}
 # runs "$@" with output in $T/out, $T/err and status in $rc
 run() {
   $LIMIT "$@" >"$T/out" 2>"$T/err" </dev/null
@@ -72,8 +85,7 @@ ran_on_papccl "a program built on papccl's nccl.h, 4 ranks"
 # --- (a), (b): built against NVIDIA's nccl.h and libnccl.so.2 -------------------------------
 if [ -z "$NV" ]; then
   skip "NVIDIA's NCCL was not found at configure time: (a), (b), (d) need it"
-  [ "$failures" = 0 ] || exit 1
-  exit 0
+  finish
 fi
 linked=$(ldd "$NV" | awk '$1 == "libnccl.so.2" {print $3}')
 if [ -n "$linked" ] && [ "$(readlink -f "$linked")" = "$(readlink -f "$NVLIB")" ]; then
@@ -136,5 +148,4 @@ else
   skip "NVIDIA's libnccl.so.2 not readable: (d) skipped"
 fi
 
-echo "1..$count"
-[ "$failures" = 0 ]
+finish
