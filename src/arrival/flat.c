@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "algo.h"
-#include "arrival.h"
+#include "arrival_int.h"
 #include "check.h"
 #include "comm.h"
 #include "futex.h"

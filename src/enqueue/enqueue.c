@@ -10,7 +10,7 @@
 
 #include "algo.h"
 #include "alloc.h"
-#include "arrival.h"
+#include "arrival_int.h"
 #include "check.h"
 #include "futex.h"
 #include "kernels.h"
