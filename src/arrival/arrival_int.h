@@ -390,6 +390,9 @@ papcclResult_t papMismatchCheckArrival(struct papComm* comm, const struct papOpD
  * not arrived. */
 papcclResult_t papMismatchVerify(struct papComm* comm, const struct papOpDesc* op, int readable,
                                  int complete);
+/* A message board, an op whose plan every rank chooses alone: its call joins the batch
+ * for the home (sent every PAP_CALL_BATCH calls; at once on rank 0). */
+papcclResult_t papMismatchQueueCall(struct papComm* comm, const struct papOpDesc* op);
 /* At the home: rank `from` made call (sig, root) of collective c - 1. */
 void papMismatchAtHome(struct papComm* comm, int from, uint64_t c, uint64_t sig, int32_t root);
 

@@ -122,42 +122,17 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
   return papcclSuccess;
 }
 
-papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided) {
+/* A shared board: the CAS that claims this rank's position in op's slot (joining its
+ * generation, or taking the slot over from an older one); *wOut: the word before it. */
+static papcclResult_t claimSlot(struct papComm* comm, struct papOpDesc* op, int decided,
+                                uint64_t sig, uint64_t* wOut) {
   struct papArrival* a = &op->arr;
   int n = comm->nranks;
-  a->used = 0;
-  a->decided = decided;
-  if (a->tArr == 0) a->tArr = papNowNs();
-  papArrivalPredict(comm, op, papArrivalSignature(&op->call));
-  papSelectLocal(comm, op);
-  struct papArrivalState* ps = comm->arrival;
-  if ((comm->tops->boardAtomic == NULL && !ps->msg) || n > 0xffff) return papcclSuccess;
-  a->slot = (int)(op->call.cseq % PAP_BOARD_SLOTS);
-  a->gen = genOf(op->call.cseq);
-  a->released = 0;
-  a->tPlan = 0;
-  if (ps->msg) {
-    /* A mismatch the home found already, in this collective or one before. */
-    PAP_CHECK(papArrivalNoticeCheck(comm));
-    if (decided) return arriveByMessage(comm, op, decided);
-    /* A plan every rank chooses alone needs nothing from the board: over a network its
-     * statistics are not read back either (papArrivalComplete). Only the call goes to the
-     * home, one way, for the mismatch check (section 11); rank 0 compares its own in place. */
-    if (!ps->checkMismatch) return papcclSuccess;
-    uint64_t* v = &ps->callBuf[3 * ps->callN++];
-    v[0] = op->call.cseq + 1;
-    v[1] = papArrivalSignature(&op->call);
-    v[2] = (uint64_t)(uint32_t)op->call.root;
-    if (comm->rank == 0 || ps->callN == PAP_CALL_BATCH) return papArrivalFlushCalls(comm);
-    return papcclSuccess;
-  }
   size_t wi = IDX_WORD(n, a->slot);
   uint64_t w = 0, nw = 0;
   struct papWait slotWait;
   char slotWhat[160];
   int slotWaiting = 0;
-  int check = ps->checkMismatch;
-  uint64_t sig = check ? papArrivalSignature(&op->call) : 0;
   for (;;) {
     PAP_CHECK(bLoad(comm, wi, &w));
     uint32_t g = PAP_W_GEN(w);
@@ -187,7 +162,8 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
       }
       nw = makeWord(a->gen, 0, 0, decided, 0, 1);
     } else {
-      if (check && e == ARR_ERR_DECIDED) { /* the first arrival may have made another call */
+      if (comm->arrival->checkMismatch && e == ARR_ERR_DECIDED) {
+        /* the first arrival may have made another call */
         int logged = 0;
         papcclResult_t res = papMismatchCheckArrival(comm, op, sig, WHY_GROUPED, &logged);
         if (res != papcclInvalidUsage) return res;
@@ -199,6 +175,55 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
     PAP_CHECK(bCas(comm, wi, w, nw, &ok));
     if (ok) break;
   }
+  *wOut = w;
+  return papcclSuccess;
+}
+
+/* A decided op that arrived after the first (w: the word before its CAS): wake the decider
+ * (before the commit) and the predecessor (a chain waits for its successor). If an entry
+ * is not written yet, its owner reads the board after writing it (seq_cst on both sides),
+ * so it sees this arrival anyway. */
+static papcclResult_t wakeNeighbours(struct papComm* comm, const struct papArrival* a, uint64_t w) {
+  int n = comm->nranks;
+  uint64_t v = 0;
+  if (!PAP_W_COMMIT(w)) {
+    PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
+    if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
+  }
+  if (a->pos > 1 || PAP_W_COMMIT(w)) {
+    PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, a->pos - 1), &v));
+    if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
+  }
+  return papcclSuccess;
+}
+
+papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided) {
+  struct papArrival* a = &op->arr;
+  int n = comm->nranks;
+  a->used = 0;
+  a->decided = decided;
+  if (a->tArr == 0) a->tArr = papNowNs();
+  papArrivalPredict(comm, op, papArrivalSignature(&op->call));
+  papSelectLocal(comm, op);
+  struct papArrivalState* ps = comm->arrival;
+  if ((comm->tops->boardAtomic == NULL && !ps->msg) || n > 0xffff) return papcclSuccess;
+  a->slot = (int)(op->call.cseq % PAP_BOARD_SLOTS);
+  a->gen = genOf(op->call.cseq);
+  a->released = 0;
+  a->tPlan = 0;
+  if (ps->msg) {
+    /* A mismatch the home found already, in this collective or one before. */
+    PAP_CHECK(papArrivalNoticeCheck(comm));
+    if (decided) return arriveByMessage(comm, op, decided);
+    /* A plan every rank chooses alone needs nothing from the board: over a network its
+     * statistics are not read back either (papArrivalComplete). Only the call goes to the
+     * home, one way, for the mismatch check (section 11). */
+    return papMismatchQueueCall(comm, op);
+  }
+  int check = ps->checkMismatch;
+  uint64_t sig = check ? papArrivalSignature(&op->call) : 0;
+  uint64_t w = 0;
+  PAP_CHECK(claimSlot(comm, op, decided, sig, &w));
   a->used = 1;
   comm->arrival->slotCseq[a->slot] = op->call.cseq + 1;
   a->pos = PAP_W_GEN(w) == a->gen ? (int)PAP_W_COUNT(w) : 0;
@@ -222,20 +247,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   PAP_CHECK(bStore(comm, IDX_RANKAT(n, a->slot, a->pos),
                    ((uint64_t)a->gen << 32) | (uint32_t)(comm->rank + 1)));
   if (mism != papcclSuccess) return mism;
-  if (decided && a->pos > 0) {
-    /* Wake the decider (before the commit) and my predecessor (a chain waits for its
-     * successor). If an entry is not written yet, its owner reads the board after writing
-     * it (seq_cst on both sides), so it sees this arrival anyway. */
-    uint64_t v = 0;
-    if (!PAP_W_COMMIT(w)) {
-      PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
-      if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
-    }
-    if (a->pos > 1 || PAP_W_COMMIT(w)) {
-      PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, a->pos - 1), &v));
-      if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
-    }
-  }
+  if (decided && a->pos > 0) PAP_CHECK(wakeNeighbours(comm, a, w));
   /* A plan every rank chooses alone reads nothing more from the slot (the statistics of
    * papArrivalComplete read it only while its generation is still there). */
   if (!decided) PAP_CHECK(papBoardRelease(comm, a));

@@ -402,3 +402,15 @@ papcclResult_t papArrivalFlushCalls(struct papComm* comm) {
   ps->callN = 0;
   return comm->tops->homeSend(comm->tstate, buf, len);
 }
+
+papcclResult_t papMismatchQueueCall(struct papComm* comm, const struct papOpDesc* op) {
+  struct papArrivalState* ps = comm->arrival;
+  if (!ps->checkMismatch) return papcclSuccess;
+  uint64_t* v = &ps->callBuf[3 * ps->callN++];
+  v[0] = op->call.cseq + 1;
+  v[1] = papArrivalSignature(&op->call);
+  v[2] = (uint64_t)(uint32_t)op->call.root;
+  /* Rank 0 compares its own in place. */
+  if (comm->rank == 0 || ps->callN == PAP_CALL_BATCH) return papArrivalFlushCalls(comm);
+  return papcclSuccess;
+}

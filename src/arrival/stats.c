@@ -143,15 +143,9 @@ static void report(struct papComm* comm) {
   memset(ps->reportLate, 0, sizeof(ps->reportLate));
 }
 
-papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
-  struct papArrival* a = &op->arr;
-  struct papArrivalState* ps = comm->arrival;
-  if (ps == NULL) return papcclSuccess;
-  /* A message board's home found this collective, or one before it, mismatched. */
-  PAP_CHECK(papArrivalNoticeCheck(comm));
-  if (!a->used && !a->flat) return papcclSuccess;
-  int n = comm->nranks;
-  uint64_t tDone = papNowNs();
+/* The op's entry in the statistics: its number, algorithm and early ranks. */
+static void countOp(struct papArrivalState* ps, const struct papOpDesc* op, int n) {
+  const struct papArrival* a = &op->arr;
   papcclPapStats* st = &ps->st;
   st->ops++;
   st->lastSeq = op->call.seq;
@@ -172,9 +166,17 @@ papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
     st->papOps++;
     ps->reportPap++;
   }
-  /* An op whose plan every rank chose alone released its slot at arrival (a group may
-   * hold more collectives than there are slots); over a network its slot may be reused or
-   * gone (rank 0 destroyed) by now, so only ops with a commit read it back there. */
+}
+
+/* The arrivals' order and stamps (ps->order, ps->stamps; st->lastComplete: all there), and
+ * a board op's mismatch verdict; the slot is released. An op whose plan every rank chose
+ * alone released its slot at arrival (a group may hold more collectives than there are
+ * slots); over a network its slot may be reused or gone (rank 0 destroyed) by now, so only
+ * ops with a commit read it back there. */
+static papcclResult_t readOrder(struct papComm* comm, struct papOpDesc* op) {
+  struct papArrivalState* ps = comm->arrival;
+  struct papArrival* a = &op->arr;
+  int n = comm->nranks;
   if (a->flat) {
     /* Every stamp came with its line (flat.c); the order is by stamp, ties by rank. */
     for (int r = 0; r < n; r++) { /* insertion in rank order keeps ties by rank */
@@ -183,24 +185,75 @@ papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
         ps->order[j] = ps->order[j - 1];
       ps->order[j] = r;
     }
-    st->lastComplete = 1;
-  } else {
-    int readable = a->decided || !comm->tops->remoteBoard;
-    st->lastComplete = readable && readArrivals(comm, a);
-    papcclResult_t res = papMismatchVerify(comm, op, readable, st->lastComplete);
-    (void)papBoardRelease(comm, a);
-    if (res != papcclSuccess) return res;
+    ps->st.lastComplete = 1;
+    return papcclSuccess;
   }
+  int readable = a->decided || !comm->tops->remoteBoard;
+  ps->st.lastComplete = readable && readArrivals(comm, a);
+  papcclResult_t res = papMismatchVerify(comm, op, readable, ps->st.lastComplete);
+  (void)papBoardRelease(comm, a);
+  return res;
+}
+
+/* An op whose arrivals are not all known: its times only (entries past N stay as
+ * papArrivalInit set them). */
+static void noOrder(papcclPapStats* st, const struct papArrival* a, uint64_t tDone, int n) {
   int nst = n < PAPCCL_PAP_STATS_MAX_RANKS ? n : PAPCCL_PAP_STATS_MAX_RANKS;
-  if (!st->lastComplete) { /* entries past N stay as papArrivalInit set them */
-    for (int i = 0; i < nst; i++) {
-      st->lastOrder[i] = -1;
-      st->lastLatenessUs[i] = 0;
-    }
-    st->lastLateRank = -1;
-    st->lastSkewUs = st->lastTailUs = 0;
-    st->lastTimeInCollUs = (double)(tDone - a->tArr) / 1e3;
-    st->lastPlanWaitUs = a->tPlan > a->tArr ? (double)(a->tPlan - a->tArr) / 1e3 : 0;
+  for (int i = 0; i < nst; i++) {
+    st->lastOrder[i] = -1;
+    st->lastLatenessUs[i] = 0;
+  }
+  st->lastLateRank = -1;
+  st->lastSkewUs = st->lastTailUs = 0;
+  st->lastTimeInCollUs = (double)(tDone - a->tArr) / 1e3;
+  st->lastPlanWaitUs = a->tPlan > a->tArr ? (double)(a->tPlan - a->tArr) / 1e3 : 0;
+}
+
+/* What this rank waited for the last arrival, for the next prediction in its context: the
+ * prediction and its mean deviation, as TCP estimates a round trip and its variation: the
+ * first sample of a context is the best guess, half of it the deviation (the first call
+ * after init often waits longer than the steady state); then EMAs of 1/4. */
+static void learnWait(struct papArrivalState* ps, const struct papArrival* a, double waited) {
+  if (ps->waitSamples[a->ctx]++ == 0) {
+    ps->waitEma[a->ctx] = waited;
+    ps->waitDev[a->ctx] = waited / 2;
+  } else {
+    double err = waited - ps->waitEma[a->ctx];
+    ps->waitDev[a->ctx] += (fabs(err) - ps->waitDev[a->ctx]) / 4;
+    ps->waitEma[a->ctx] += err / 4;
+  }
+}
+
+/* In-burst gap: mean of the gaps between consecutive arrivals, the largest left out. */
+static double burstGap(struct papArrivalState* ps, int n) {
+  if (n < 3) return 0;
+  uint64_t* s = ps->sorted;
+  memcpy(s, ps->stamps, sizeof(uint64_t) * (size_t)n);
+  qsort(s, (size_t)n, sizeof(uint64_t), cmpU64);
+  double sum = 0, mx = 0;
+  for (int i = 0; i + 1 < n; i++) {
+    double g = (double)(s[i + 1] - s[i]);
+    sum += g;
+    if (g > mx) mx = g;
+  }
+  return (sum - mx) / (double)(n - 2);
+}
+
+papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
+  struct papArrival* a = &op->arr;
+  struct papArrivalState* ps = comm->arrival;
+  if (ps == NULL) return papcclSuccess;
+  /* A message board's home found this collective, or one before it, mismatched. */
+  PAP_CHECK(papArrivalNoticeCheck(comm));
+  if (!a->used && !a->flat) return papcclSuccess;
+  int n = comm->nranks;
+  uint64_t tDone = papNowNs();
+  papcclPapStats* st = &ps->st;
+  countOp(ps, op, n);
+  papcclResult_t res = readOrder(comm, op);
+  if (res != papcclSuccess) return res;
+  if (!st->lastComplete) {
+    noOrder(st, a, tDone, n);
     report(comm);
     return papcclSuccess;
   }
@@ -210,19 +263,7 @@ papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
     if (ps->stamps[r] > aMax) aMax = ps->stamps[r];
   }
   double skew = (double)(aMax - aMin);
-  /* What this rank waited for the last arrival, for the next prediction in this context. */
-  double waited = aMax > a->tArr ? (double)(aMax - a->tArr) : 0.0;
-  /* The prediction and its mean deviation, as TCP estimates a round trip and its variation:
-   * the first sample of a context is the best guess, half of it the deviation (the first
-   * call after init often waits longer than the steady state); then EMAs of 1/4. */
-  if (ps->waitSamples[a->ctx]++ == 0) {
-    ps->waitEma[a->ctx] = waited;
-    ps->waitDev[a->ctx] = waited / 2;
-  } else {
-    double err = waited - ps->waitEma[a->ctx];
-    ps->waitDev[a->ctx] += (fabs(err) - ps->waitDev[a->ctx]) / 4;
-    ps->waitEma[a->ctx] += err / 4;
-  }
+  learnWait(ps, a, aMax > a->tArr ? (double)(aMax - a->tArr) : 0.0);
   double tail = tDone > aMax ? (double)(tDone - aMax) : 0.0;
   double inColl = (double)(tDone - a->tArr);
   int lateRank = ps->order[n - 1];
@@ -248,21 +289,7 @@ papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   ps->reportComplete++;
   ps->reportSkew += skew;
   ps->reportTail += tail;
-
-  /* In-burst gap: mean of the gaps between consecutive arrivals, the largest left out. */
-  double gap = 0;
-  if (n >= 3) {
-    uint64_t* s = ps->sorted;
-    memcpy(s, ps->stamps, sizeof(uint64_t) * (size_t)n);
-    qsort(s, (size_t)n, sizeof(uint64_t), cmpU64);
-    double sum = 0, mx = 0;
-    for (int i = 0; i + 1 < n; i++) {
-      double g = (double)(s[i + 1] - s[i]);
-      sum += g;
-      if (g > mx) mx = g;
-    }
-    gap = (sum - mx) / (double)(n - 2);
-  }
+  double gap = burstGap(ps, n);
   if (!a->flat) { /* flat ops do not consult it */
     int alg = op->call.commit.algo;
     int pap =
