@@ -59,6 +59,10 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
     ps->st.lastOrder[i] = -1;
   snprintf(ps->st.lastAlgoName, sizeof(ps->st.lastAlgoName), "none");
   comm->arrival = ps;
+  /* Over a message board the calls are compared at rank 0, after the data may have left:
+   * the call in the tags keeps mismatched messages apart until the verdict comes
+   * (papArrivalBegin sets each collective's tag bits). */
+  comm->engine.callTags = ps->msg && ps->checkMismatch;
   if (ps->msg) PAP_CHECK(papHomeAttach(comm));
   return papFlatAttach(comm);
 }

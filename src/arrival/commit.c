@@ -241,15 +241,15 @@ papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op)
   return papcclSuccess;
 }
 
-papcclResult_t papArrivalExtend(struct papComm* comm, int* progressed) {
+papcclResult_t papArrivalExtend(struct papComm* comm, struct papOpDesc* op, int* progressed) {
   struct papEngine* e = &comm->engine;
-  struct papChain* c = comm->arrival->chain;
+  struct papChain* c = op != NULL ? op->arr.chain : NULL;
   *progressed = 0;
   if (c == NULL) {
     PAP_WARN("internal error: a plan waits for an extension nobody will make");
     return papcclInternalError;
   }
-  const struct papArrival* a = &comm->arrival->chainOp->arr;
+  const struct papArrival* a = &op->arr;
   uint64_t v = 0;
   int succ = -1;
   if (comm->arrival->msg) {
@@ -271,8 +271,7 @@ papcclResult_t papArrivalExtend(struct papComm* comm, int* progressed) {
     PAP_WARN("arrival board: position %d holds rank %d of %d", c->pos + 1, succ, comm->nranks);
     return papcclInternalError;
   }
-  comm->arrival->chain = NULL;
-  comm->arrival->chainOp = NULL;
+  op->arr.chain = NULL;
   PAP_CHECK(papAlgoAllReduceChainFinish(e, c, succ));
   *progressed = 1;
   return papcclSuccess;
