@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arrival.h"
+#include "arrival_int.h"
 #include "futex.h"
 #include "log.h"
 

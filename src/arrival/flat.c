@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "algo.h"
-#include "arrival.h"
+#include "arrival_int.h"
 #include "check.h"
 #include "comm.h"
 #include "futex.h"
@@ -186,6 +186,65 @@ static papcclResult_t mismatch(struct papComm* comm) {
   return papcclInvalidUsage;
 }
 
+/* Waits for the lines of the `left` peers not seen yet (the one wait, core/wait.h, with a
+ * prediction: poll for the spin budget, sleep on the doorbell, and poll again around the time
+ * the last peer came in past ops). */
+static papcclResult_t awaitLines(struct papComm* comm, const struct papOpDesc* op, uint64_t seq,
+                                 uint64_t fseq, uint64_t sig, int* seen, int left) {
+  const struct papArrival* a = &op->arr;
+  const struct papCall* c = &op->call;
+  int n = comm->nranks, me = comm->rank, got = 0;
+  struct papWait w;
+  papWaitInit(&w, "a flat allreduce", (const volatile int*)&comm->abortFlag, 1, comm->spinNs, 0);
+  w.yield = comm->oversubscribed;
+  w.hint = ": a rank never arrived or is dead";
+  char what[128];
+  int described = 0;
+  papWaitExpect(&w, a->tArr, a->due, a->spread);
+  unsigned polls = 0;
+  while (left > 0) {
+    got = pollPeers(comm, seq, fseq, sig, seen);
+    if (got < 0) return mismatch(comm);
+    if (got > 0) {
+      left -= got;
+      if (left > 0) papWaitProgressed(&w, papNowNs());
+      continue;
+    }
+    if ((++polls & 15) != 0) continue;
+    uint64_t now = papNowNs();
+    PAP_CHECK(papWaitCheck(&w, now));
+    if (papWaitHealthDue(&w, now)) {
+      papDiagUpdate(comm, &w, seen);
+      for (int p = 0; p < n; p++) {
+        if (seen[p] || comm->tops->peerAlive(comm->tstate, p)) continue;
+        PAP_WARN("allreduce #%llu on rank %d: rank %d (%s) exited before it arrived",
+                 (unsigned long long)c->cseq, me, p, papCommPidText(comm, p).s);
+        return papcclRemoteError;
+      }
+      /* A peer that runs this collective on the board made another call. */
+      if (papArrivalCheckMismatch(comm) != papcclSuccess) return mismatch(comm);
+    }
+    if (papWaitSpin(&w, now)) continue;
+    if (!described) { /* named only when the wait may last (a timeout names it) */
+      snprintf(what, sizeof(what), "allreduce #%llu on rank %d (flat), waiting for %d rank(s)",
+               (unsigned long long)c->cseq, me, left);
+      w.what = what;
+      described = 1;
+    }
+    uint32_t tok = comm->tops->waitToken(comm->tstate);
+    got = pollPeers(comm, seq, fseq, sig, seen);
+    if (got != 0) {
+      comm->tops->wait(comm->tstate, tok, 0);
+      if (got < 0) return mismatch(comm);
+      left -= got;
+      continue;
+    }
+    comm->tops->wait(comm->tstate, tok, papWaitSlice(&w, now, 100000000));
+    w.spinUntil = papNowNs() + w.spinNs / 4; /* a short poll after each wake-up */
+  }
+  return papcclSuccess;
+}
+
 papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
   struct papArrivalState* ps = comm->arrival;
   struct papArrival* a = &op->arr;
@@ -226,56 +285,8 @@ papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op) {
     if (left > 0 && got == 0) papCpuRelax();
   }
   if (left > 0) {
-    /* The one wait (core/wait.h) with a prediction: poll for the spin budget, sleep on the
-     * doorbell, and poll again around the time the last peer came in past ops. */
-    struct papWait w;
-    papWaitInit(&w, "a flat allreduce", (const volatile int*)&comm->abortFlag, 1, comm->spinNs, 0);
-    w.yield = comm->oversubscribed;
-    w.hint = ": a rank never arrived or is dead";
-    char what[128];
-    int described = 0;
-    papWaitExpect(&w, a->tArr, a->due, a->spread);
-    unsigned polls = 0;
-    while (left > 0) {
-      got = pollPeers(comm, seq, fseq, sig, seen);
-      if (got < 0) return mismatch(comm);
-      if (got > 0) {
-        left -= got;
-        if (left > 0) papWaitProgressed(&w, papNowNs());
-        continue;
-      }
-      if ((++polls & 15) != 0) continue;
-      uint64_t now = papNowNs();
-      PAP_CHECK(papWaitCheck(&w, now));
-      if (papWaitHealthDue(&w, now)) {
-        papDiagUpdate(comm, &w, seen);
-        for (int p = 0; p < n; p++) {
-          if (seen[p] || comm->tops->peerAlive(comm->tstate, p)) continue;
-          PAP_WARN("allreduce #%llu on rank %d: rank %d (%s) exited before it arrived",
-                   (unsigned long long)c->cseq, me, p, papCommPidText(comm, p).s);
-          return papcclRemoteError;
-        }
-        /* A peer that runs this collective on the board made another call. */
-        if (papArrivalCheckMismatch(comm) != papcclSuccess) return mismatch(comm);
-      }
-      if (papWaitSpin(&w, now)) continue;
-      if (!described) { /* named only when the wait may last (a timeout names it) */
-        snprintf(what, sizeof(what), "allreduce #%llu on rank %d (flat), waiting for %d rank(s)",
-                 (unsigned long long)c->cseq, me, left);
-        w.what = what;
-        described = 1;
-      }
-      uint32_t tok = comm->tops->waitToken(comm->tstate);
-      got = pollPeers(comm, seq, fseq, sig, seen);
-      if (got != 0) {
-        comm->tops->wait(comm->tstate, tok, 0);
-        if (got < 0) return mismatch(comm);
-        left -= got;
-        continue;
-      }
-      comm->tops->wait(comm->tstate, tok, papWaitSlice(&w, now, 100000000));
-      w.spinUntil = papNowNs() + w.spinNs / 4; /* a short poll after each wake-up */
-    }
+    papcclResult_t res = awaitLines(comm, op, seq, fseq, sig, seen, left);
+    if (res != papcclSuccess) return res;
   }
   a->tPlan = a->tArr; /* no plan to wait for: the work starts at arrival */
   /* Wake the sleepers. Only the last line lets anyone finish and its writer sees every line

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "algo.h"
-#include "arrival.h"
+#include "arrival_int.h"
 #include "comm.h"
 #include "log.h"
 #include "param.h"

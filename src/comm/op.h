@@ -29,6 +29,12 @@ struct papArrival {
   int ctx; /* prediction context (papArrivalPredict) */
   uint64_t due; /* CLOCK_MONOTONIC ns: the last arrival as predicted, or 0 */
   uint64_t spread; /* ns: the prediction's mean deviation */
+  /* Bits 16-31 of the collective's message tags: the hash of every call so far on a message
+   * board with the mismatch check (set by papArrivalBegin), else 0. */
+  uint32_t callTag;
+  /* The chain plan waiting for this rank's successor to arrive (set by the planning, taken
+   * by papArrivalPoll's extension), or NULL. */
+  struct papChain* chain;
 };
 
 struct papOpDesc {

@@ -93,22 +93,18 @@ static int isSelfP2p(const struct papOpDesc* op) {
 static papcclResult_t buildPlan(struct papComm* comm, struct papOpDesc* ops, int nops) {
   struct papEngine* e = &comm->engine;
   papPlanReset(e);
-  /* Over a message board the calls are compared at rank 0, after the data may have left:
-   * the call in the tags keeps mismatched messages apart until the verdict comes. */
-  e->callTags = comm->arrival->msg && comm->arrival->checkMismatch;
   for (int pass = 0; pass < 2; pass++) {
     for (int i = 0; i < nops; i++) {
       struct papOpDesc* op = &ops[i];
       if (op->comm != comm) continue;
       int p2p = op->call.coll == PAP_COLL_SEND || op->call.coll == PAP_COLL_RECV;
       if (p2p != pass || isSelfP2p(op) || op->call.count == 0) continue;
-      e->callTag = e->callTags && !p2p ? papArrivalCallTag(comm, &op->call) : 0;
+      /* The call in the tags (op->arr.callTag, set by papArrivalBegin on a message board). */
+      e->callTag = p2p ? 0 : op->arr.callTag;
       struct papChain* chain = NULL;
       PAP_CHECK(papAlgoPlan(e, &op->call, &chain));
-      if (chain) { /* the rest is planned as arrivals come (papArrivalExtend) */
-        comm->arrival->chain = chain;
-        comm->arrival->chainOp = op;
-      }
+      /* The rest is planned as arrivals come (papArrivalPoll with PAP_POLL_EXTEND). */
+      if (chain) op->arr.chain = chain;
     }
   }
   PAP_CHECK(planSelfP2p(e, ops, nops, comm));
@@ -125,7 +121,7 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
     struct papComm* comm = comms[c];
     struct papEngine* e = &comm->engine;
     /* A peer that made another call (it may be waiting for us in another plan, or gone). */
-    PAP_CHECK(papArrivalCheckMismatch(comm));
+    PAP_CHECK(papArrivalPoll(comm, PAP_POLL_MISMATCH, NULL, NULL));
     PAP_CHECK(comm->tops->progress(comm->tstate));
     int end = papEngineScanEnd(e);
     for (int i = e->first; i < end; i++) {
@@ -135,7 +131,8 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
       int progressed = 0;
       PAP_CHECK(papEngineProgress(e, &progressed));
       if (progressed) return papcclSuccess;
-      PAP_CHECK(papArrivalNoticeExplains(comm)); /* a peer that failed on a mismatch */
+      /* a peer that failed on a mismatch */
+      PAP_CHECK(papArrivalPoll(comm, PAP_POLL_EXPLAIN, NULL, NULL));
       PAP_WARN("peer %d (%s) exited while rank %d waits for it", s->peer,
                papCommPidText(comm, s->peer).s, comm->rank);
       return papcclRemoteError;
@@ -145,7 +142,7 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
       int progressed = 0;
       PAP_CHECK(papEngineProgress(e, &progressed));
       if (progressed) return papcclSuccess;
-      PAP_CHECK(papArrivalNoticeExplains(comm));
+      PAP_CHECK(papArrivalPoll(comm, PAP_POLL_EXPLAIN, NULL, NULL));
       PAP_CHECK(papCommCheckDeadPeer(comm));
     }
   }
@@ -188,7 +185,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
       struct papEngine* e = &comms[c]->engine;
       if (papEngineDone(e)) continue;
       int p = 0;
-      if (e->pending) PAP_CHECK(papArrivalExtend(comms[c], &p));
+      if (e->pending) PAP_CHECK(papArrivalPoll(comms[c], PAP_POLL_EXTEND, NULL, &p));
       progressed |= p;
       PAP_CHECK(papEngineProgress(e, &p));
       progressed |= p;
@@ -198,7 +195,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
     /* A mismatch notice from a message board's home (its push rings the doorbell): every
      * pass, before the plan posts more to a peer that may have failed on it and left. */
     for (int c = 0; c < ncomms; c++)
-      PAP_CHECK(papArrivalNoticeCheck(comms[c]));
+      PAP_CHECK(papArrivalPoll(comms[c], PAP_POLL_NOTICE, NULL, NULL));
     for (int c = 0; c < ncomms; c++) {
       if (!papCommAborted(comms[c])) continue;
       w.abortFlag = (const volatile int*)&comms[c]->abortFlag;
@@ -220,7 +217,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
     }
     if (papWaitHealthDue(&w, now)) {
       for (int c = 0; c < ncomms; c++)
-        papDiagUpdate(comms[c], &w, NULL);
+        (void)papArrivalPoll(comms[c], PAP_POLL_DIAG, &w, NULL);
       w.hint = comms[0]->diagHint;
       PAP_CHECK(checkPeers(comms, ncomms));
     }
@@ -233,7 +230,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
     for (int c = 0; c < ncomms && !p; c++) {
       if (papEngineDone(&comms[c]->engine)) continue;
       papcclResult_t res = papcclSuccess;
-      if (comms[c]->engine.pending) res = papArrivalExtend(comms[c], &p);
+      if (comms[c]->engine.pending) res = papArrivalPoll(comms[c], PAP_POLL_EXTEND, NULL, &p);
       if (res == papcclSuccess && !p) res = papEngineProgress(&comms[c]->engine, &p);
       if (res != papcclSuccess) {
         c0->tops->wait(c0->tstate, tok, 0);
@@ -249,36 +246,6 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
     /* A short spin after each wakeup. */
     w.spinUntil = papNowNs() + w.spinNs / 4;
   }
-}
-
-/* Whether the plan just run received anything from a peer. */
-static int planHeard(const struct papEngine* e) {
-  for (int p = 0; p < e->nranks; p++)
-    if (e->lastRecv[p] >= 0) return 1;
-  return 0;
-}
-
-static int isColl(const struct papOpDesc* op) {
-  return op->call.coll != PAP_COLL_SEND && op->call.coll != PAP_COLL_RECV;
-}
-
-/* Every collective arrives on its comm's board (in call order); then the ops whose plan
- * depends on the arrivals wait for the decider's commit. A batch of several ops (a group)
- * takes plans every rank can choose alone. Sends and receives on the collective's own comm
- * do not count: they may differ between its ranks (a peer without a partner), and every
- * rank must make the same choice. */
-static papcclResult_t arriveAll(struct papOpDesc* ops, int nops) {
-  for (int i = 0; i < nops; i++) {
-    if (!isColl(&ops[i])) continue;
-    struct papComm* comm = ops[i].comm;
-    int grouped = 0;
-    for (int j = 0; j < nops && !grouped; j++)
-      grouped = j != i && (isColl(&ops[j]) || ops[j].comm != comm);
-    PAP_CHECK(papArrive(comm, &ops[i], papArrivalNeedsCommit(comm, &ops[i], grouped)));
-  }
-  for (int i = 0; i < nops; i++)
-    if (isColl(&ops[i])) PAP_CHECK(papArrivalAwaitCommit(ops[i].comm, &ops[i]));
-  return papcclSuccess;
 }
 
 papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
@@ -305,7 +272,7 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
     }
     comms[ncomms++] = ops[i].comm;
   }
-  int locked = 0;
+  int locked = 0, stage = PAP_BATCH_NONE, driven = 0, broken = 0;
   for (int c = 0; c < ncomms; c++, locked++) {
     pthread_mutex_lock(&comms[c]->progressLock);
     papProgressUserEnter(comms[c]);
@@ -315,62 +282,28 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
     comms[c]->curNops = nops;
   }
   for (int i = 0; i < nops; i++)
-    PAP_CHECK_GOTO(prepareOp(&ops[i]), res, out);
+    PAP_CHECK_GOTO(prepareOp(&ops[i]), res, end);
   for (int c = 0; c < ncomms; c++) {
     int err = atomic_load_explicit(&comms[c]->asyncError, memory_order_acquire);
     if (err != papcclSuccess && err != papcclInProgress) {
       PAP_WARN("communicator (rank %d) has a pending error %d (%s); abort or destroy it",
                comms[c]->rank, err, papResultString((papcclResult_t)err));
       res = (papcclResult_t)err;
-      goto out;
+      goto end;
     }
   }
-  for (int c = 0; c < ncomms; c++) {
-    /* A collective that completed here before its peers arrived, still to be checked, or
-     * one a message board's home found mismatched. */
-    if (!papArrivalChecksDue(comms[c]->arrival)) continue;
-    res = papArrivalCheckMismatch(comms[c]);
-    if (res != papcclSuccess) {
-      papCommSetError(comms[c], res);
-      goto out;
-    }
+  /* Pending checks, a flat run, arrival and the commit (src/arrival/batch.c). */
+  res = papArrivalBegin(comms, ncomms, ops, nops, &stage);
+  if (stage == PAP_BATCH_ARRIVED) {
+    for (int c = 0; c < ncomms && res == papcclSuccess; c++)
+      res = buildPlan(comms[c], ops, nops);
+    driven = res == papcclSuccess;
+    if (driven) res = driveAll(comms, ncomms, nops == 1 ? &ops[0] : NULL);
   }
-  if (nops == 1 && papFlatEligible(ops[0].comm, &ops[0])) {
-    /* Small and on one host: no plan, no board (src/arrival/flat.c). */
-    papArrivalFlightAdd(ops[0].comm, &ops[0], 1);
-    res = papFlatRun(ops[0].comm, &ops[0]);
-    if (res == papcclSuccess)
-      (void)papArrivalComplete(ops[0].comm, &ops[0]); /* flat: checked as the lines were read */
-    else
-      papCommSetError(ops[0].comm, res); /* peers may have read a partial exchange */
-    goto out;
-  }
-  for (int i = 0; i < nops; i++)
-    if (isColl(&ops[i])) papArrivalFlightAdd(ops[i].comm, &ops[i], 0);
-  res = arriveAll(ops, nops);
-  for (int c = 0; c < ncomms && res == papcclSuccess; c++)
-    res = buildPlan(comms[c], ops, nops);
-  int driven = res == papcclSuccess;
-  if (driven) res = driveAll(comms, ncomms, nops == 1 ? &ops[0] : NULL);
-  if (res == papcclSuccess) {
-    /* A plan that received nothing finished without its peers: its calls go to the home now
-     * (a peer that waits for a mismatched call may have none of its own to tell). */
-    for (int c = 0; c < ncomms; c++)
-      if (comms[c]->arrival->callN && !planHeard(&comms[c]->engine))
-        res = papArrivalFlushCalls(comms[c]);
-  }
-  if (res == papcclSuccess) {
-    /* Done with every step, unless a peer made another call (the board says so). */
-    for (int i = 0; i < nops; i++) {
-      papcclResult_t r = papArrivalComplete(ops[i].comm, &ops[i]);
-      if (r == papcclSuccess) continue;
-      papCommSetError(ops[i].comm, r);
-      if (res == papcclSuccess) res = r;
-    }
-  } else {
-    /* A failure a mismatch caused (a peer that failed on it and left): say so. */
-    for (int c = 0; c < ncomms && res != papcclInvalidUsage; c++)
-      if (papArrivalNoticeCheck(comms[c]) == papcclInvalidUsage) res = papcclInvalidUsage;
+end:
+  /* Completion and its calls, or the failure's cause; the flight and the diagnosis end. */
+  res = papArrivalEnd(comms, ncomms, ops, nops, res, stage, &broken);
+  if (broken) {
     /* The queues (or the arrival board) now hold a partial exchange: the comm cannot be
      * used again. */
     for (int c = 0; c < ncomms; c++) {
@@ -381,15 +314,11 @@ papcclResult_t papRunOps(struct papOpDesc* ops, int nops) {
       papPlanReset(&comms[c]->engine);
     }
   }
-out:
   for (int i = 0; i < nops; i++)
     finishOp(&ops[i], res);
-  for (int c = 0; c < locked; c++)
-    papArrivalFlightEnd(comms[c]);
   for (int c = 0; c < locked; c++) {
     comms[c]->curOps = NULL;
     comms[c]->curNops = 0;
-    if (comms[c]->diagActive) papDiagFinish(comms[c], res); /* only this thread sets it */
     papProgressUserLeave(comms[c]);
     pthread_mutex_unlock(&comms[c]->progressLock);
   }

@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-#include "arrival.h"
+#include "arrival_int.h"
 #include "comm.h"
 #include "op.h"
 
