@@ -8,6 +8,7 @@
 #   perf/param_cost.sh A B [VAR=VALUE ...]   (A and B: one VAR=VALUE each, or "" for none)
 #   NP=2 SIZE=8 PAIRS=30 ITERS=2000 BUILD=build perf/param_cost.sh \
 #       PAPCCL_CHECK_MISMATCH=1 PAPCCL_CHECK_MISMATCH=0 PAPCCL_FLAT_MAX_BYTES=0
+#   Two builds (a change against its base): BUILD_A=DIR BUILD_B=DIR perf/param_cost.sh "" ""
 set -eu
 if [ $# -lt 2 ]; then
   sed -n '3,10p' "$0" >&2
@@ -22,11 +23,13 @@ SIZE=${SIZE:-8}
 PAIRS=${PAIRS:-30}
 ITERS=${ITERS:-2000}
 BUILD=${BUILD:-build}
+BUILD_A=${BUILD_A:-$BUILD}
+BUILD_B=${BUILD_B:-$BUILD}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
-run() { # $1: the setting; prints "oop ip" (median us in the call)
+run() { # $1: the setting, $2: the build; prints "oop ip" (median us in the call)
   local line
-  line=$(env ${1:+"$1"} "${COMMON[@]}" "$BUILD/src/launcher/papcclrun" -np "$NP" "$BUILD/perf/all_reduce_perf" \
+  line=$(env ${1:+"$1"} "${COMMON[@]}" "$2/src/launcher/papcclrun" -np "$NP" "$2/perf/all_reduce_perf" \
     -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 200 --arrival balanced 2>&1 | awk -v s="$SIZE" '$1 == s')
   # columns: size count type redop root | time algbw busbw wrong tail inColl skew | x2
   echo "$line" | awk '{print $11, $18}'
@@ -34,9 +37,10 @@ run() { # $1: the setting; prints "oop ip" (median us in the call)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for i in $(seq "$PAIRS"); do
-  echo "$i A $(run "$A")" >>"$out"
-  echo "$i B $(run "$B")" >>"$out"
+  echo "$i A $(run "$A" "$BUILD_A")" >>"$out"
+  echo "$i B $(run "$B" "$BUILD_B")" >>"$out"
 done
+[ "$BUILD_A" != "$BUILD_B" ] && A="$BUILD_A${A:+ $A}" && B="$BUILD_B${B:+ $B}"
 "$PY" - "$out" "$A" "$B" "$NP" "$SIZE" <<'EOF'
 import statistics as st, sys
 rows = [l.split() for l in open(sys.argv[1])]
