@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Multi-rank test harness: ranks as threads or forked processes, WARN capture, scoped
-// environment, typed inputs and bit-exact references for every collective.
+// Multi-rank test harness: ranks as threads or forked processes, typed inputs and bit-exact
+// references for every collective.
 #include "multirank/harness.h"
 
 #include <poll.h>
@@ -55,121 +55,6 @@ bool FullMatrix() {
 
 bool PairwiseCell3(int i, int j, int c) {
   return FullMatrix() || (i + j) % 2 == c;
-}
-
-// ---- WARN capture -------------------------------------------------------------------------
-
-namespace {
-std::mutex gWarnMu;
-std::vector<ExpectWarn*> gScopes;
-std::vector<std::string> gUnexpected;
-
-void WarnHook(const char* msg, void*) {
-  std::lock_guard<std::mutex> lock(gWarnMu);
-  std::string m(msg ? msg : "");
-  // A scope of the warning thread first (ranks as threads warn concurrently), innermost
-  // first; then any scope (WARNs of the library's own threads).
-  const std::thread::id self = std::this_thread::get_id();
-  for (int pass = 0; pass < 2; pass++) {
-    for (auto it = gScopes.rbegin(); it != gScopes.rend(); ++it) {
-      if (pass == 0 && (*it)->Thread() != self) continue;
-      if ((*it)->Matches(m)) {
-        (*it)->Record(m);
-        return;
-      }
-    }
-  }
-  gUnexpected.push_back(m);
-}
-}  // namespace
-
-ExpectWarn::ExpectWarn(std::vector<std::string> patterns)
-    : patterns_(std::move(patterns)), thread_(std::this_thread::get_id()) {
-  std::lock_guard<std::mutex> lock(gWarnMu);
-  gScopes.push_back(this);
-}
-
-ExpectWarn::~ExpectWarn() {
-  std::lock_guard<std::mutex> lock(gWarnMu);
-  gScopes.erase(std::remove(gScopes.begin(), gScopes.end(), this), gScopes.end());
-}
-
-bool ExpectWarn::Matches(const std::string& msg) const {
-  if (patterns_.empty()) return true;
-  for (const auto& p : patterns_)
-    if (msg.find(p) != std::string::npos) return true;
-  return false;
-}
-
-void ExpectWarn::Record(const std::string& msg) {
-  seen_.push_back(msg);
-}
-
-int ExpectWarn::Count() const {
-  std::lock_guard<std::mutex> lock(gWarnMu);
-  return (int)seen_.size();
-}
-
-bool ExpectWarn::Saw(const std::string& substring) const {
-  std::lock_guard<std::mutex> lock(gWarnMu);
-  for (const auto& m : seen_)
-    if (m.find(substring) != std::string::npos) return true;
-  return false;
-}
-
-std::vector<std::string> ExpectWarn::Messages() const {
-  std::lock_guard<std::mutex> lock(gWarnMu);
-  return seen_;
-}
-
-void InstallWarnHook() {
-  {
-    std::lock_guard<std::mutex> lock(gWarnMu);
-    gUnexpected.clear();
-  }
-  papTestCommSetWarnHook(&WarnHook, nullptr);
-}
-
-void RemoveWarnHook() {
-  papTestCommSetWarnHook(nullptr, nullptr);
-}
-
-std::vector<std::string> TakeUnexpectedWarns() {
-  std::lock_guard<std::mutex> lock(gWarnMu);
-  std::vector<std::string> out;
-  out.swap(gUnexpected);
-  return out;
-}
-
-void Test::SetUp() {
-  InstallWarnHook();
-}
-
-void Test::TearDown() {
-  RemoveWarnHook();
-  for (const auto& m : TakeUnexpectedWarns())
-    ADD_FAILURE() << "unexpected WARN: " << m;
-}
-
-// ---- Environment ---------------------------------------------------------------------------
-
-ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
-  const char* old = getenv(name);
-  had_ = old != nullptr;
-  if (had_) old_ = old;
-  if (value)
-    setenv(name, value, 1);
-  else
-    unsetenv(name);
-  papTestCommParamReset();
-}
-
-ScopedEnv::~ScopedEnv() {
-  if (had_)
-    setenv(name_.c_str(), old_.c_str(), 1);
-  else
-    unsetenv(name_.c_str());
-  papTestCommParamReset();
 }
 
 // ---- Running ranks -------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/warn_capture.h"
 #include "sanitizer.h"
 #include "tests/internal/shim_kernels.h"
 
@@ -461,7 +462,7 @@ void FillRandom(int dt, void* buf, size_t count, std::mt19937_64& rng) {
 // ---- Warnings ----------------------------------------------------------------------------------
 
 // Records every WARN while a test runs; tests that expect none check that none came.
-class KernelTest : public ::testing::Test {
+class KernelTest : public papt::WarnTest {
  protected:
   void SetUp() override {
 #if PAPT_TSAN
@@ -469,19 +470,13 @@ class KernelTest : public ::testing::Test {
     // check, and four minutes of its instrumented loads and stores. The other builds run it.
     GTEST_SKIP() << "host reduction kernels are single-threaded: not run under ThreadSanitizer";
 #endif
-    papTestKernSetWarnHook(&KernelTest::Hook, this);
+    papt::WarnTest::SetUp();
   }
   void TearDown() override {
-    papTestKernSetWarnHook(nullptr, nullptr);
-    EXPECT_EQ(warns_.size(), expectedWarns_) << (warns_.empty() ? "" : warns_.back());
+    const std::vector<std::string> warns = Take();
+    EXPECT_EQ(warns.size(), expectedWarns_) << (warns.empty() ? "" : warns.back());
+    papt::WarnTest::TearDown();
   }
-  static void Hook(const char* msg, void* arg) {
-    auto* self = static_cast<KernelTest*>(arg);
-    std::lock_guard<std::mutex> g(self->mu_);
-    self->warns_.emplace_back(msg);
-  }
-  std::mutex mu_;
-  std::vector<std::string> warns_;
   size_t expectedWarns_ = 0;
 };
 
