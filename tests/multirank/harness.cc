@@ -25,6 +25,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/narrow_float.h"
 #include "internal/shim_comm.h"
 #include "sanitizer.h"
 
@@ -442,9 +443,6 @@ struct TypeInfo {
   size_t size;
   bool isFloat;
   bool isSigned;
-  // narrow floats: exponent bits, mantissa bits, bias, "fn" (no inf; NaN only all-ones)
-  int ebits, mbits, bias;
-  bool fn;
   // sum design: per-rank values in [0, sumMax] (unsigned) or [-sumMax/2, sumMax - sumMax/2]
   int sumMax;
   // avg design for narrow floats: base in [-avgBase, avgBase]
@@ -452,75 +450,42 @@ struct TypeInfo {
 };
 
 const TypeInfo kTypes[papcclNumTypes] = {
-    /* int8     */ {"int8", 1, false, true, 0, 0, 0, false, 15, 0},
-    /* uint8    */ {"uint8", 1, false, false, 0, 0, 0, false, 31, 0},
-    /* int32    */ {"int32", 4, false, true, 0, 0, 0, false, 1000, 0},
-    /* uint32   */ {"uint32", 4, false, false, 0, 0, 0, false, 1000, 0},
-    /* int64    */ {"int64", 8, false, true, 0, 0, 0, false, 1000, 0},
-    /* uint64   */ {"uint64", 8, false, false, 0, 0, 0, false, 1000, 0},
-    /* float16  */ {"float16", 2, true, true, 5, 10, 15, false, 255, 200},
-    /* float32  */ {"float32", 4, true, true, 0, 0, 0, false, 1000, 0},
-    /* float64  */ {"float64", 8, true, true, 0, 0, 0, false, 1000, 0},
-    /* bfloat16 */ {"bfloat16", 2, true, true, 8, 7, 127, false, 31, 20},
-    /* e4m3     */ {"float8e4m3", 1, true, true, 4, 3, 7, true, 2, 2},
-    /* e5m2     */ {"float8e5m2", 1, true, true, 5, 2, 15, false, 1, 1},
+    /* int8     */ {"int8", 1, false, true, 15, 0},
+    /* uint8    */ {"uint8", 1, false, false, 31, 0},
+    /* int32    */ {"int32", 4, false, true, 1000, 0},
+    /* uint32   */ {"uint32", 4, false, false, 1000, 0},
+    /* int64    */ {"int64", 8, false, true, 1000, 0},
+    /* uint64   */ {"uint64", 8, false, false, 1000, 0},
+    /* float16  */ {"float16", 2, true, true, 255, 200},
+    /* float32  */ {"float32", 4, true, true, 1000, 0},
+    /* float64  */ {"float64", 8, true, true, 1000, 0},
+    /* bfloat16 */ {"bfloat16", 2, true, true, 31, 20},
+    /* e4m3     */ {"float8e4m3", 1, true, true, 2, 2},
+    /* e5m2     */ {"float8e5m2", 1, true, true, 1, 1},
 };
 
 const TypeInfo& Info(papcclDataType_t t) {
   return kTypes[(int)t];
 }
 
+// The reference converters of the narrow float types (tests/common/narrow_float.h).
+const papTestNarrowFmt* NarrowFmt(papcclDataType_t t) {
+  switch (t) {
+  case papcclFloat16:
+    return &papTestNarrowF16;
+  case papcclBfloat16:
+    return &papTestNarrowBf16;
+  case papcclFloat8e4m3:
+    return &papTestNarrowE4m3;
+  case papcclFloat8e5m2:
+    return &papTestNarrowE5m2;
+  default:
+    return nullptr;
+  }
+}
+
 bool IsNarrow(papcclDataType_t t) {
-  return Info(t).isFloat && Info(t).ebits > 0;
-}
-
-double DecodeMini(uint32_t bits, const TypeInfo& ti) {
-  int total = ti.ebits + ti.mbits;
-  uint32_t sign = (bits >> total) & 1u;
-  uint32_t e = (bits >> ti.mbits) & ((1u << ti.ebits) - 1u);
-  uint32_t m = bits & ((1u << ti.mbits) - 1u);
-  uint32_t emax = (1u << ti.ebits) - 1u;
-  double v;
-  if (e == emax && ti.fn && m == (1u << ti.mbits) - 1u) {
-    v = NAN;
-  } else if (e == emax && !ti.fn) {
-    v = m == 0 ? INFINITY : NAN;
-  } else if (e == 0) {
-    v = std::ldexp((double)m, 1 - ti.bias - ti.mbits);
-  } else {
-    v = std::ldexp(1.0 + std::ldexp((double)m, -ti.mbits), (int)e - ti.bias);
-  }
-  return sign ? -v : v;
-}
-
-bool EncodeMini(double v, const TypeInfo& ti, uint64_t* out) {
-  if (std::isnan(v) || std::isinf(v)) return false;
-  uint32_t sign = std::signbit(v) ? 1u : 0u;
-  double a = std::fabs(v);
-  uint32_t e = 0, m = 0;
-  uint32_t emax = (1u << ti.ebits) - 1u;
-  if (a != 0) {
-    int ex = 0;
-    std::frexp(a, &ex);  // a = f * 2^ex, f in [0.5, 1)
-    int biased = ex - 1 + ti.bias;
-    if (biased >= 1) {
-      double frac = (std::ldexp(a, -(ex - 1)) - 1.0) * std::ldexp(1.0, ti.mbits);
-      if (frac != std::floor(frac)) return false;
-      e = (uint32_t)biased;
-      m = (uint32_t)frac;
-      if (ti.fn) {
-        if (e > emax || (e == emax && m == (1u << ti.mbits) - 1u)) return false;
-      } else if (e >= emax) {
-        return false;
-      }
-    } else {
-      double frac = std::ldexp(a, ti.bias - 1 + ti.mbits);
-      if (frac != std::floor(frac) || frac >= std::ldexp(1.0, ti.mbits)) return false;
-      m = (uint32_t)frac;
-    }
-  }
-  *out = ((uint64_t)sign << (ti.ebits + ti.mbits)) | ((uint64_t)e << ti.mbits) | m;
-  return true;
+  return NarrowFmt(t) != nullptr;
 }
 
 inline uint64_t Mix(uint64_t x) {
@@ -744,11 +709,10 @@ double DecodeValue(papcclDataType_t t, uint64_t bits) {
     auto* tb = new Tables(papcclNumTypes);
     for (papcclDataType_t nt :
          {papcclFloat16, papcclBfloat16, papcclFloat8e4m3, papcclFloat8e5m2}) {
-      const TypeInfo& ni = Info(nt);
       std::vector<double>& v = (*tb)[(int)nt];
-      v.resize(size_t(1) << (8 * ni.size));
+      v.resize(size_t(1) << (8 * Info(nt).size));
       for (size_t b = 0; b < v.size(); b++)
-        v[b] = DecodeMini((uint32_t)b, ni);
+        v[b] = papTestNarrowDecode(NarrowFmt(nt), (uint32_t)b);
     }
     return tb;
   }();
@@ -770,7 +734,10 @@ bool EncodeExact(papcclDataType_t t, double v, uint64_t* bits) {
     memcpy(bits, &v, 8);
     return true;
   }
-  return EncodeMini(v, ti, bits);
+  uint32_t code = 0;
+  if (!papTestNarrowEncodeExact(NarrowFmt(t), v, &code)) return false;
+  *bits = code;
+  return true;
 }
 
 uint64_t PreMulScalarBits(papcclDataType_t t) {
