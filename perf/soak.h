@@ -51,9 +51,11 @@ enum {
 };
 /* Reduction inputs are small integers in [-sumR, sumR] (sum, avg, pre-multiplied sum) or in
  * [-maxR, maxR] (max, min), so that every partial sum in every order is exact in the type. */
+struct papTestNarrowFmt;
 struct typeInfo {
   const char* name;
-  int size, kind, ebits, mbits, bias;
+  int size, kind;
+  const struct papTestNarrowFmt* narrow; /* K_NARROW: tests/common/narrow_float.h */
   int64_t sumR, maxR;
 };
 extern const struct typeInfo types[papcclNumTypes];

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "narrow_float.h"
 #include "soak.h"
 
 const char* const collNames[C_NUM] = {"allreduce", "broadcast",     "bcast",    "reduce",
@@ -14,18 +15,18 @@ const char* const opNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
 /* Reduction inputs are small integers in [-sumR, sumR] (sum, avg, pre-multiplied sum) or in
  * [-maxR, maxR] (max, min), so that every partial sum in every order is exact in the type. */
 const struct typeInfo types[papcclNumTypes] = {
-    {"int8", 1, K_INT, 0, 0, 0, 0, 0},
-    {"uint8", 1, K_UINT, 0, 0, 0, 0, 0},
-    {"int32", 4, K_INT, 0, 0, 0, 0, 0},
-    {"uint32", 4, K_UINT, 0, 0, 0, 0, 0},
-    {"int64", 8, K_INT, 0, 0, 0, 0, 0},
-    {"uint64", 8, K_UINT, 0, 0, 0, 0, 0},
-    {"float16", 2, K_NARROW, 5, 10, 15, 100, 1000},
-    {"float32", 4, K_FLOAT, 0, 0, 0, 1000, 1 << 24},
-    {"float64", 8, K_FLOAT, 0, 0, 0, 1000, (int64_t)1 << 40},
-    {"bfloat16", 2, K_NARROW, 8, 7, 127, 15, 200},
-    {"float8e4m3", 1, K_NARROW, 4, 3, 7, 1, 16},
-    {"float8e5m2", 1, K_NARROW, 5, 2, 15, 1, 8},
+    {"int8", 1, K_INT, NULL, 0, 0},
+    {"uint8", 1, K_UINT, NULL, 0, 0},
+    {"int32", 4, K_INT, NULL, 0, 0},
+    {"uint32", 4, K_UINT, NULL, 0, 0},
+    {"int64", 8, K_INT, NULL, 0, 0},
+    {"uint64", 8, K_UINT, NULL, 0, 0},
+    {"float16", 2, K_NARROW, &papTestNarrowF16, 100, 1000},
+    {"float32", 4, K_FLOAT, NULL, 1000, 1 << 24},
+    {"float64", 8, K_FLOAT, NULL, 1000, (int64_t)1 << 40},
+    {"bfloat16", 2, K_NARROW, &papTestNarrowBf16, 15, 200},
+    {"float8e4m3", 1, K_NARROW, &papTestNarrowE4m3, 1, 16},
+    {"float8e5m2", 1, K_NARROW, &papTestNarrowE5m2, 1, 8},
 };
 
 int papSoakCollReduces(int c) {
@@ -42,35 +43,14 @@ static int64_t sext(uint64_t x, int size) {
   return (int64_t)(x << sh) >> sh;
 }
 
-/* Exact encoding of v in a binary format with ebits/mbits/bias; -1 if not representable. */
-static int encMini(double v, int ebits, int mbits, int bias, uint64_t* out) {
-  uint64_t sign = signbit(v) ? 1 : 0;
-  double a = fabs(v);
-  uint64_t bits;
-  if (a == 0) {
-    bits = 0;
-  } else {
-    int e;
-    double m = frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
-    int E = e - 1 + bias;
-    if (E >= 1) {
-      double frac = ldexp(2 * m - 1, mbits);
-      int fn = ebits == 4; /* e4m3 has no infinity: its top exponent holds numbers */
-      if (frac != floor(frac) || E > (1 << ebits) - 2 + fn) return -1;
-      bits = ((uint64_t)E << mbits) | (uint64_t)frac;
-    } else {
-      double q = ldexp(a, bias - 1 + mbits);
-      if (q != floor(q) || q >= ldexp(1, mbits)) return -1;
-      bits = (uint64_t)q;
-    }
-  }
-  *out = bits | (sign << (ebits + mbits));
-  return 0;
-}
-
 int papSoakEncodeFloat(int type, double v, uint64_t* out) {
   const struct typeInfo* t = &types[type];
-  if (t->kind == K_NARROW) return encMini(v, t->ebits, t->mbits, t->bias, out);
+  if (t->kind == K_NARROW) {
+    uint32_t code;
+    if (!papTestNarrowEncodeExact(t->narrow, v, &code)) return -1;
+    *out = code;
+    return 0;
+  }
   if (t->size == 4) {
     float f = (float)v;
     uint32_t b;

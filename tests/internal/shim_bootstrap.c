@@ -4,7 +4,6 @@
 
 #include "bootstrap.h"
 #include "log.h"
-#include "param.h"
 
 #include <netinet/in.h>
 #include <string.h>
@@ -103,8 +102,4 @@ size_t papTestBsPackRootHello(void* buf, const unsigned char* key, int rank, int
 
 void papTestBsSetWarnHook(void (*fn)(const char* msg, void* arg), void* arg) {
   papLogSetWarnHook(fn, arg);
-}
-
-void papTestBsParamReset(void) {
-  papParamReset();
 }

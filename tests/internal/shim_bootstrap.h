@@ -51,8 +51,6 @@ size_t papTestBsPackRootHello(void* buf, const unsigned char* key, int rank, int
 
 /* Every WARN the library logs also goes to fn (NULL removes the hook). */
 void papTestBsSetWarnHook(void (*fn)(const char* msg, void* arg), void* arg);
-/* Re-read PAPCCL_* variables after setenv/unsetenv. */
-void papTestBsParamReset(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -3,7 +3,6 @@
 #include "tests/internal/shim_kernels.h"
 
 #include "kernels.h"
-#include "log.h"
 #include "reduce_ops.h"
 
 #define PAP_TEST_KERN_SAME(a, b) _Static_assert((int)(a) == (int)(b), #a " != " #b)
@@ -93,8 +92,4 @@ int papTestKernListedOps(int* opsOut, int max) {
   PAP_RED_OP_LIST(PAP_TEST_KERN_OP)
 #undef PAP_TEST_KERN_OP
   return n;
-}
-
-void papTestKernSetWarnHook(void (*fn)(const char* msg, void* arg), void* arg) {
-  papLogSetWarnHook(fn, arg);
 }

@@ -53,9 +53,6 @@ uint8_t papTestKernFloatToE5m2(float f);
 int papTestKernListedTypes(int* typesOut, int max);
 int papTestKernListedOps(int* opsOut, int max);
 
-/* Every WARN the library logs also goes to fn (NULL removes the hook). */
-void papTestKernSetWarnHook(void (*fn)(const char* msg, void* arg), void* arg);
-
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Multi-rank test harness: runs a body as N ranks (threads or forked processes), captures
-// WARNs, scopes environment changes, and builds/verifies typed buffers against references.
+// Multi-rank test harness: runs a body as N ranks (threads or forked processes) and
+// builds/verifies typed buffers against references; WARN capture and ScopedEnv come from
+// tests/common/.
 #ifndef PAPCCL_TESTS_MP_HARNESS_H_
 #define PAPCCL_TESTS_MP_HARNESS_H_
 
@@ -16,68 +17,16 @@
 #include <thread>
 #include <vector>
 
+#include "common/scoped_env.h"
+#include "common/warn_capture.h"
 #include "papccl.h"
 
 namespace papt {
 
-// ---- WARN capture -------------------------------------------------------------------------
-
-// While a test of the fixture below runs, every WARN the library logs is recorded. A WARN
-// inside an ExpectWarn scope whose patterns it matches (any WARN when the list is empty) is
-// expected; any other WARN fails the test at TearDown (in a forked child: at its exit).
-// Scopes of the thread that logs the WARN are tried first, then those of other threads.
-class ExpectWarn {
- public:
-  explicit ExpectWarn(std::vector<std::string> patterns = {});
-  ~ExpectWarn();
-  ExpectWarn(const ExpectWarn&) = delete;
-  ExpectWarn& operator=(const ExpectWarn&) = delete;
-  int Count() const;
-  bool Saw(const std::string& substring) const;
-  std::vector<std::string> Messages() const;
-  // Internal: does msg belong to this scope?
-  bool Matches(const std::string& msg) const;
-  void Record(const std::string& msg);
-  std::thread::id Thread() const {
-    return thread_;
-  }
-
- private:
-  std::vector<std::string> patterns_;
-  std::thread::id thread_;
-  std::vector<std::string> seen_;
-};
-
-// Installs the recording hook (tests that do not use the Test fixture below may call these).
-void InstallWarnHook();
-void RemoveWarnHook();
-// Unexpected WARNs since the last call (and clears the list).
-std::vector<std::string> TakeUnexpectedWarns();
-
-// Fixture for every multi-rank test: WARN capture, and a check for unexpected WARNs.
-class Test : public ::testing::Test {
- protected:
-  void SetUp() override;
-  void TearDown() override;
-};
-
-// ---- Environment ---------------------------------------------------------------------------
-
-// Sets (value != nullptr) or unsets an environment variable and forgets the library's cached
-// parameters; restores both at scope end. Use only while no communicator thread reads params.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value);
-  ScopedEnv(const char* name, const std::string& value) : ScopedEnv(name, value.c_str()) {}
-  ~ScopedEnv();
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  bool had_;
-  std::string old_;
-};
+// Fixture for every multi-rank test: WARN capture, and a check for unexpected WARNs
+// (tests/common/warn_capture.h). A class of its own, not an alias: in a derived fixture,
+// Test::SetUp() must name this one, not ::testing::Test's.
+class Test : public WarnTest {};
 
 // ---- Running ranks -------------------------------------------------------------------------
 

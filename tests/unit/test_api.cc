@@ -10,15 +10,15 @@
 #include <thread>
 #include <vector>
 
+#include "common/warn_capture.h"
 #include "internal/shim_comm.h"
 #include "papccl.h"
-#include "unit/warn_test.h"
 
 extern "C" int papTestHeaderC99Probe(void);
 
 namespace {
 
-class Api : public WarnRecordingTest {
+class Api : public papt::WarnTest {
  protected:
   // Expects exactly one WARN since the last Take, naming `what`, and the thread's last
   // error naming it too.

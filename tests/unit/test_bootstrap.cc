@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/scoped_env.h"
+#include "common/warn_capture.h"
 #include "tests/internal/free_port.h"
 #include "tests/internal/shim_bootstrap.h"
 
@@ -55,52 +57,13 @@ struct Key {
   unsigned char b[PAP_TEST_BS_KEY_BYTES];
 };
 
-// Collects every WARN the library logs while installed.
-class WarnCapture {
- public:
-  static void Hook(const char* msg, void* arg) {
-    auto* self = static_cast<WarnCapture*>(arg);
-    std::lock_guard<std::mutex> g(self->mu_);
-    self->msgs_.emplace_back(msg);
-  }
-  void Install() {
-    papTestBsSetWarnHook(&WarnCapture::Hook, this);
-  }
-  void Remove() {
-    papTestBsSetWarnHook(nullptr, nullptr);
-  }
-  int Count(const std::string& sub) {
-    std::lock_guard<std::mutex> g(mu_);
-    int n = 0;
-    for (const auto& m : msgs_)
-      n += m.find(sub) != std::string::npos;
-    return n;
-  }
-  bool WaitFor(const std::string& sub, int n, double timeoutS) {
-    auto t0 = Clock::now();
-    while (Count(sub) < n) {
-      if (SecondsSince(t0) > timeoutS) return false;
-      SleepMs(10);
-    }
-    return true;
-  }
-  std::vector<std::string> Messages() {
-    std::lock_guard<std::mutex> g(mu_);
-    return msgs_;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::string> msgs_;
-};
-
 // Every test captures WARNs: one that the test did not allow fails it. The root threads it
 // started must be gone at the end (a rendezvous that completes or fails frees its root).
-class BootstrapTest : public ::testing::Test {
+class BootstrapTest : public papt::WarnTest {
  protected:
   void SetUp() override {
     rootsBefore_ = papTestBsActiveRoots();
-    warns_.Install();
+    papt::WarnTest::SetUp();
   }
   void TearDown() override {
     auto t0 = Clock::now();
@@ -108,7 +71,7 @@ class BootstrapTest : public ::testing::Test {
       SleepMs(10);
     EXPECT_LE(papTestBsActiveRoots(), rootsBefore_)
         << "a bootstrap root thread outlived its rendezvous";
-    warns_.Remove();
+    papt::WarnTest::TearDown();
     for (const auto& m : warns_.Messages()) {
       bool allowed = false;
       for (const auto& a : allowed_)
@@ -120,7 +83,8 @@ class BootstrapTest : public ::testing::Test {
     allowed_.push_back(sub);
   }
 
-  WarnCapture warns_;
+  // Takes every WARN of the test, from any thread; TearDown checks them against allowed_.
+  papt::ExpectWarn warns_;
   std::vector<std::string> allowed_;
   int rootsBefore_ = 0;
 };
@@ -256,21 +220,7 @@ int SplitAndRun(void* parent, int rank, int nranks) {
   return rc;
 }
 
-// Sets one PAPCCL_* variable for the scope (parameters are cached: reset on both ends).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    setenv(name, value.c_str(), 1);
-    papTestBsParamReset();
-  }
-  ~ScopedEnv() {
-    unsetenv(name_);
-    papTestBsParamReset();
-  }
-
- private:
-  const char* name_;
-};
+using papt::ScopedEnv;
 
 // A raw TCP client of a bootstrap address (root or rank listener).
 int ConnectTo(const unsigned char* addr) {

@@ -15,10 +15,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/scoped_env.h"
+#include "common/warn_capture.h"
 #include "internal/shim_comm.h"
 #include "internal/shim_ib.h"
 #include "papccl.h"
-#include "unit/warn_test.h"
 
 namespace {
 
@@ -29,7 +30,7 @@ constexpr int kInvalidArgument = 4;
 constexpr int kInvalidUsage = 5;
 constexpr size_t kPage = 4096;
 
-class Ib : public WarnRecordingTest {
+class Ib : public papt::WarnTest {
  protected:
   void ExpectOneWarn(const std::string& what) {
     auto w = Take();
@@ -545,30 +546,7 @@ int OpenFds() {
   return n;
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-    papTestCommParamReset();
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-    papTestCommParamReset();
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using papt::ScopedEnv;
 
 TEST_F(Ib, InitWithoutDeviceFailsCleanly) {
   if (papTestIbDeviceCount() > 0) GTEST_SKIP() << "this host has an RDMA device";

@@ -18,6 +18,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/narrow_float.h"
+#include "common/warn_capture.h"
 #include "sanitizer.h"
 #include "tests/internal/shim_kernels.h"
 
@@ -28,35 +30,16 @@ constexpr int kNumOps = 4;
 const char* const kOpNames[kNumOps] = {"sum", "prod", "max", "min"};
 
 // ---- Reference model of the narrow formats ---------------------------------------------------
-// Built from the format parameters alone (ldexp and a sorted table of every finite value), not
-// from bit tricks, so that it shares nothing with the library's converters.
+// tests/common/narrow_float.h: built from the format parameters alone (ldexp and a sorted table
+// of every finite value), not from bit tricks, so that it shares nothing with the library's
+// converters.
 
-struct NarrowFmt {
-  const char* name;
-  int bits;  // 16 or 8
-  int expBits;
-  int manBits;
-  int bias;
-  bool ieee;  // all-ones exponent = inf (mantissa 0) / NaN; otherwise only S.1..1 is NaN
-  bool saturate;  // overflow (inf included) gives the largest finite value
-  uint32_t canonicalNan;
-};
-
-const NarrowFmt kFmtF16 = {"fp16", 16, 5, 10, 15, true, false, 0x7fff};
-const NarrowFmt kFmtBf16 = {"bf16", 16, 8, 7, 127, true, false, 0x7fff};
-const NarrowFmt kFmtE4m3 = {"e4m3", 8, 4, 3, 7, false, true, 0x7f};
-const NarrowFmt kFmtE5m2 = {"e5m2", 8, 5, 2, 15, true, true, 0x7f};
+using NarrowFmt = papTestNarrowFmt;
 
 class RefCodec {
  public:
-  explicit RefCodec(const NarrowFmt& f) : f_(f) {
-    signBit_ = 1u << (f.bits - 1);
-    uint32_t emax = (1u << f.expBits) - 1;
-    maxCode_ = f.ieee ? (emax << f.manBits) - 1 : signBit_ - 2;
-    infCode_ = f.ieee ? (emax << f.manBits) : 0;
-    for (uint32_t c = 0; c <= maxCode_; c++)
-      vals_.push_back(Decode(c));
-  }
+  explicit RefCodec(const NarrowFmt& f)
+      : f_(f), signBit_(1u << (f.bits - 1)), maxCode_(papTestNarrowMaxCode(&f)) {}
 
   uint32_t codes() const {
     return 1u << f_.bits;
@@ -76,84 +59,34 @@ class RefCodec {
   }
 
   double Decode(uint32_t code) const {
-    bool neg = (code & signBit_) != 0;
-    uint32_t mag = code & (signBit_ - 1);
-    uint32_t e = mag >> f_.manBits;
-    uint32_t m = mag & ((1u << f_.manBits) - 1);
-    uint32_t emax = (1u << f_.expBits) - 1;
-    double v;
-    if (f_.ieee && e == emax) {
-      v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-    } else if (!f_.ieee && mag == signBit_ - 1) {
-      v = std::numeric_limits<double>::quiet_NaN();
-    } else if (e == 0) {
-      v = std::ldexp(static_cast<double>(m), 1 - f_.bias - f_.manBits);
-    } else {
-      v = std::ldexp(static_cast<double>((1u << f_.manBits) | m),
-                     static_cast<int>(e) - f_.bias - f_.manBits);
-    }
-    return neg ? -v : v;
+    return papTestNarrowDecode(&f_, code);
   }
 
   // Round x to nearest, ties to the even code; NaN gives the canonical NaN.
   uint32_t Encode(double x) const {
-    if (std::isnan(x)) return f_.canonicalNan;
-    uint32_t sign = std::signbit(x) ? signBit_ : 0;
-    double ax = std::fabs(x);
-    double maxv = vals_[maxCode_];
-    uint32_t c;
-    if (ax > maxv) {
-      if (f_.saturate) {
-        c = maxCode_;
-      } else {
-        // As if the exponent range went on: the next value up would be 2^(emax+1), whose
-        // code (inf) is even, while maxCode is odd, so the halfway point rounds up.
-        double next = maxv + (maxv - vals_[maxCode_ - 1]);
-        c = ax >= (maxv + next) / 2 ? infCode_ : maxCode_;
-      }
-    } else {
-      size_t hi =
-          static_cast<size_t>(std::lower_bound(vals_.begin(), vals_.end(), ax) - vals_.begin());
-      if (vals_[hi] == ax) {
-        c = static_cast<uint32_t>(hi);
-      } else {
-        size_t lo = hi - 1;
-        // Exact differences (Sterbenz: lo <= ax <= hi <= 2 lo, or lo == 0).
-        double dlo = ax - vals_[lo];
-        double dhi = vals_[hi] - ax;
-        if (dlo < dhi)
-          c = static_cast<uint32_t>(lo);
-        else if (dhi < dlo)
-          c = static_cast<uint32_t>(hi);
-        else
-          c = static_cast<uint32_t>(lo % 2 == 0 ? lo : hi);
-      }
-    }
-    return c | sign;
+    return papTestNarrowEncode(&f_, x);
   }
 
  private:
-  NarrowFmt f_;
+  const NarrowFmt& f_;
   uint32_t signBit_;
   uint32_t maxCode_;
-  uint32_t infCode_;
-  std::vector<double> vals_;  // value of each positive finite code
 };
 
 const RefCodec& CodecF16() {
-  static const RefCodec c(kFmtF16);
+  static const RefCodec c(papTestNarrowF16);
   return c;
 }
 const RefCodec& CodecBf16() {
-  static const RefCodec c(kFmtBf16);
+  static const RefCodec c(papTestNarrowBf16);
   return c;
 }
 const RefCodec& CodecE4m3() {
-  static const RefCodec c(kFmtE4m3);
+  static const RefCodec c(papTestNarrowE4m3);
   return c;
 }
 const RefCodec& CodecE5m2() {
-  static const RefCodec c(kFmtE5m2);
+  static const RefCodec c(papTestNarrowE5m2);
   return c;
 }
 
@@ -461,7 +394,7 @@ void FillRandom(int dt, void* buf, size_t count, std::mt19937_64& rng) {
 // ---- Warnings ----------------------------------------------------------------------------------
 
 // Records every WARN while a test runs; tests that expect none check that none came.
-class KernelTest : public ::testing::Test {
+class KernelTest : public papt::WarnTest {
  protected:
   void SetUp() override {
 #if PAPT_TSAN
@@ -469,19 +402,13 @@ class KernelTest : public ::testing::Test {
     // check, and four minutes of its instrumented loads and stores. The other builds run it.
     GTEST_SKIP() << "host reduction kernels are single-threaded: not run under ThreadSanitizer";
 #endif
-    papTestKernSetWarnHook(&KernelTest::Hook, this);
+    papt::WarnTest::SetUp();
   }
   void TearDown() override {
-    papTestKernSetWarnHook(nullptr, nullptr);
-    EXPECT_EQ(warns_.size(), expectedWarns_) << (warns_.empty() ? "" : warns_.back());
+    const std::vector<std::string> warns = Take();
+    EXPECT_EQ(warns.size(), expectedWarns_) << (warns.empty() ? "" : warns.back());
+    papt::WarnTest::TearDown();
   }
-  static void Hook(const char* msg, void* arg) {
-    auto* self = static_cast<KernelTest*>(arg);
-    std::lock_guard<std::mutex> g(self->mu_);
-    self->warns_.emplace_back(msg);
-  }
-  std::mutex mu_;
-  std::vector<std::string> warns_;
   size_t expectedWarns_ = 0;
 };
 
