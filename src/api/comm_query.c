@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Queries of a comm: its asynchronous error, size, device and rank. */
+#include <string.h>
+
 #include "check.h"
 #include "enqueue.h"
 #include "lifecycle.h"
@@ -49,4 +51,12 @@ PAPCCL_API papcclResult_t papcclCommCuDevice(const papcclComm_t comm, int* devic
 }
 PAPCCL_API papcclResult_t papcclCommUserRank(const papcclComm_t comm, int* rank) {
   return queryInt(comm, rank, "papcclCommUserRank", 2);
+}
+
+uint64_t papCommHash(const struct papComm* comm) {
+  /* The comm's key (the same on every rank, fresh for every comm) through mix64. */
+  uint64_t k0, k1;
+  memcpy(&k0, comm->key, 8);
+  memcpy(&k1, comm->key + 8, 8);
+  return mix64(k0 ^ mix64(k1));
 }

@@ -132,11 +132,3 @@ PAPCCL_API papcclResult_t papcclRedOpDestroy(papcclRedOp_t op, papcclComm_t comm
   papCommLeave(comm);
   return res;
 }
-
-uint64_t papCommHash(const struct papComm* comm) {
-  /* FNV-1a over the comm's key: the same on every rank, different for every comm. */
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < sizeof(comm->key); i++)
-    h = (h ^ comm->key[i]) * 1099511628211ull;
-  return h;
-}

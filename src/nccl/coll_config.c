@@ -32,12 +32,20 @@ static const struct algName algNames[] = {
     {"pat", papcclPapAlgoNone},
 };
 
-/* Which algo values a collective takes (as papccl.h lists them). */
+enum {
+  C_ALLREDUCE,
+  C_BROADCAST,
+  C_REDUCE,
+  C_ALLGATHER,
+  C_REDUCESCATTER,
+  C_ONEPLAN
+};
+
+/* Which algo values a collective takes (as papccl.h lists them; AlltoAll, Gather and
+ * Scatter have one plan: C_ONEPLAN). */
 static int takes(int coll, int algo) {
-  if (coll == 0) /* AllReduce */
-    return algo != papcclPapAlgoNone;
-  if (coll <= 4) /* Broadcast, Reduce, AllGather, ReduceScatter */
-    return algo == papcclPapAlgoRing || algo == papcclPapAlgoPap;
+  if (coll == C_ALLREDUCE) return algo != papcclPapAlgoNone;
+  if (coll != C_ONEPLAN) return algo == papcclPapAlgoRing || algo == papcclPapAlgoPap;
   return 0;
 }
 
@@ -131,7 +139,7 @@ NCCL_EXPORT ncclResult_t pncclAllReduceConfig(const void* sendbuff, void* recvbu
                                               ncclDataType_t datatype, ncclRedOp_t op,
                                               ncclComm_t comm, cudaStream_t stream,
                                               const ncclCollConfig_t* config) {
-  CONFIG_BEGIN("ncclAllReduceConfig", 0)
+  CONFIG_BEGIN("ncclAllReduceConfig", C_ALLREDUCE)
   return RES(papcclAllReduceConfig(sendbuff, recvbuff, count, DT(datatype), OP(op), COMM(comm),
                                    STREAM(stream), use));
 }
@@ -140,7 +148,7 @@ NCCL_ALIAS(ncclAllReduceConfig);
 NCCL_EXPORT ncclResult_t pncclBroadcastConfig(const void* sendbuff, void* recvbuff, size_t count,
                                               ncclDataType_t datatype, int root, ncclComm_t comm,
                                               cudaStream_t stream, const ncclCollConfig_t* config) {
-  CONFIG_BEGIN("ncclBroadcastConfig", 1)
+  CONFIG_BEGIN("ncclBroadcastConfig", C_BROADCAST)
   return RES(papcclBroadcastConfig(sendbuff, recvbuff, count, DT(datatype), root, COMM(comm),
                                    STREAM(stream), use));
 }
@@ -150,7 +158,7 @@ NCCL_EXPORT ncclResult_t pncclReduceConfig(const void* sendbuff, void* recvbuff,
                                            ncclDataType_t datatype, ncclRedOp_t op, int root,
                                            ncclComm_t comm, cudaStream_t stream,
                                            const ncclCollConfig_t* config) {
-  CONFIG_BEGIN("ncclReduceConfig", 2)
+  CONFIG_BEGIN("ncclReduceConfig", C_REDUCE)
   return RES(papcclReduceConfig(sendbuff, recvbuff, count, DT(datatype), OP(op), root, COMM(comm),
                                 STREAM(stream), use));
 }
@@ -160,7 +168,7 @@ NCCL_EXPORT ncclResult_t pncclAllGatherConfig(const void* sendbuff, void* recvbu
                                               size_t sendcount, ncclDataType_t datatype,
                                               ncclComm_t comm, cudaStream_t stream,
                                               const ncclCollConfig_t* config) {
-  CONFIG_BEGIN("ncclAllGatherConfig", 3)
+  CONFIG_BEGIN("ncclAllGatherConfig", C_ALLGATHER)
   return RES(papcclAllGatherConfig(sendbuff, recvbuff, sendcount, DT(datatype), COMM(comm),
                                    STREAM(stream), use));
 }
@@ -171,7 +179,7 @@ NCCL_EXPORT ncclResult_t pncclReduceScatterConfig(const void* sendbuff, void* re
                                                   ncclRedOp_t op, ncclComm_t comm,
                                                   cudaStream_t stream,
                                                   const ncclCollConfig_t* config) {
-  CONFIG_BEGIN("ncclReduceScatterConfig", 4)
+  CONFIG_BEGIN("ncclReduceScatterConfig", C_REDUCESCATTER)
   return RES(papcclReduceScatterConfig(sendbuff, recvbuff, recvcount, DT(datatype), OP(op),
                                        COMM(comm), STREAM(stream), use));
 }
@@ -180,7 +188,7 @@ NCCL_ALIAS(ncclReduceScatterConfig);
 NCCL_EXPORT ncclResult_t pncclAlltoAllConfig(const void* sendbuff, void* recvbuff, size_t count,
                                              ncclDataType_t datatype, ncclComm_t comm,
                                              cudaStream_t stream, const ncclCollConfig_t* config) {
-  CONFIG_BEGIN("ncclAlltoAllConfig", 5)
+  CONFIG_BEGIN("ncclAlltoAllConfig", C_ONEPLAN)
   return RES(papcclAlltoAllConfig(sendbuff, recvbuff, count, DT(datatype), COMM(comm),
                                   STREAM(stream), use));
 }
@@ -189,7 +197,7 @@ NCCL_ALIAS(ncclAlltoAllConfig);
 NCCL_EXPORT ncclResult_t pncclGatherConfig(const void* sendbuff, void* recvbuff, size_t count,
                                            ncclDataType_t datatype, int root, ncclComm_t comm,
                                            cudaStream_t stream, const ncclCollConfig_t* config) {
-  CONFIG_BEGIN("ncclGatherConfig", 6)
+  CONFIG_BEGIN("ncclGatherConfig", C_ONEPLAN)
   return RES(papcclGatherConfig(sendbuff, recvbuff, count, DT(datatype), root, COMM(comm),
                                 STREAM(stream), use));
 }
@@ -198,7 +206,7 @@ NCCL_ALIAS(ncclGatherConfig);
 NCCL_EXPORT ncclResult_t pncclScatterConfig(const void* sendbuff, void* recvbuff, size_t count,
                                             ncclDataType_t datatype, int root, ncclComm_t comm,
                                             cudaStream_t stream, const ncclCollConfig_t* config) {
-  CONFIG_BEGIN("ncclScatterConfig", 7)
+  CONFIG_BEGIN("ncclScatterConfig", C_ONEPLAN)
   return RES(papcclScatterConfig(sendbuff, recvbuff, count, DT(datatype), root, COMM(comm),
                                  STREAM(stream), use));
 }

@@ -19,6 +19,11 @@
 #define OP(o) ((papcclRedOp_t)(o))
 #define RES(r) ((ncclResult_t)(r))
 
+/* NCCL's environment variables that the drop-in honours, each with its papccl name: copied
+ * to it at load (nccl.c), and keys of the parameter API (param_api.c). */
+#define PAP_NCCL_ENV_NAMES 4
+extern const char* const papNcclEnvNames[PAP_NCCL_ENV_NAMES][2];
+
 /* Logs why fn is refused (into comm's last error when comm is usable) and returns
  * ncclInvalidUsage. */
 ncclResult_t papNcclNotImplemented(ncclComm_t comm, const char* fn, const char* what);

@@ -51,16 +51,17 @@ _Static_assert(NCCL_CONFIG_UNDEF_INT == PAPCCL_CONFIG_UNDEF_INT, "undef int");
  * the same: each one is copied to its PAPCCL_* name unless that is set. Runs when the library
  * is loaded, before any thread of ours exists. NCCL_DEBUG_SUBSYS is not copied (NCCL's
  * subsystem names are not papccl's). */
+const char* const papNcclEnvNames[PAP_NCCL_ENV_NAMES][2] = {
+    {"NCCL_DEBUG", "PAPCCL_DEBUG"},
+    {"NCCL_DEBUG_FILE", "PAPCCL_DEBUG_FILE"},
+    {"NCCL_COMM_ID", "PAPCCL_COMM_ID"},
+    {"NCCL_SOCKET_IFNAME", "PAPCCL_SOCKET_IFNAME"},
+};
+
 __attribute__((constructor)) static void ncclEnvImport(void) {
-  static const char* const names[][2] = {
-      {"NCCL_DEBUG", "PAPCCL_DEBUG"},
-      {"NCCL_DEBUG_FILE", "PAPCCL_DEBUG_FILE"},
-      {"NCCL_COMM_ID", "PAPCCL_COMM_ID"},
-      {"NCCL_SOCKET_IFNAME", "PAPCCL_SOCKET_IFNAME"},
-  };
-  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-    const char* v = getenv(names[i][0]);
-    if (v != NULL && getenv(names[i][1]) == NULL) setenv(names[i][1], v, 0);
+  for (int i = 0; i < PAP_NCCL_ENV_NAMES; i++) {
+    const char* v = getenv(papNcclEnvNames[i][0]);
+    if (v != NULL && getenv(papNcclEnvNames[i][1]) == NULL) setenv(papNcclEnvNames[i][1], v, 0);
   }
 }
 

@@ -35,17 +35,10 @@ static struct ncclParamHandle rows[] = {PAP_PARAM_LOG_LIST(ROW_LOG) PAP_PARAM_IN
 #undef ROW_LOG
 #define NROWS ((int)(sizeof(rows) / sizeof(rows[0])))
 
-/* NCCL's names that the drop-in honours (copied to the papccl name at load: nccl.c). */
-static const char* const aliases[][2] = {
-    {"NCCL_DEBUG", "PAPCCL_DEBUG"},
-    {"NCCL_DEBUG_FILE", "PAPCCL_DEBUG_FILE"},
-    {"NCCL_COMM_ID", "PAPCCL_COMM_ID"},
-    {"NCCL_SOCKET_IFNAME", "PAPCCL_SOCKET_IFNAME"},
-};
-
+/* A papccl name, or an NCCL name the drop-in honours (papNcclEnvNames). */
 static struct ncclParamHandle* lookup(const char* key) {
-  for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
-    if (strcmp(key, aliases[i][0]) == 0) key = aliases[i][1];
+  for (int i = 0; i < PAP_NCCL_ENV_NAMES; i++)
+    if (strcmp(key, papNcclEnvNames[i][0]) == 0) key = papNcclEnvNames[i][1];
   for (int i = 0; i < NROWS; i++)
     if (strcmp(rows[i].key, key) == 0) return &rows[i];
   return NULL;
