@@ -140,7 +140,7 @@ papccl() {
     ip netns exec "$prefix-h$h" env PAPCCL_RANK="$r" PAPCCL_NRANKS="$nranks" \
       PAPCCL_LOCAL_RANK=$((r % perhost)) PAPCCL_COMM_ID="$(addr 0):29500" \
       PAPCCL_HOSTID="$prefix-h$h" UCX_TLS="$tls" \
-      timeout 900 "$pbin" --sizes "$sizes" -n "$iters" -w "$warmup" --min-ms 20 "$@" \
+      timeout 900 "$pbin" --sizes "$sizes" -n "$iters" -w "$warmup" "$@" \
       >"$out/papccl_${name}_r${round}_rank$r.log" 2>&1 &
     pids+=($!)
   done
@@ -178,7 +178,7 @@ AGENT
     --mca plm_rsh_agent "$agent" --mca btl self,tcp --mca btl_tcp_if_include eth0
     --mca oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1)
   if ! ip netns exec "$prefix-h0" timeout 900 mpirun "${opts[@]}" "$mbin" --sizes "$sizes" \
-    -n "$iters" -w "$warmup" --min-ms 20 "$@" >"$out/openmpi_${name}_r${round}.log" 2>&1; then
+    -n "$iters" -w "$warmup" "$@" >"$out/openmpi_${name}_r${round}.log" 2>&1; then
     echo "bench-hosts: Open MPI ($name) failed (its columns say -):" >&2
     tail -5 "$out/openmpi_${name}_r${round}.log" >&2
   fi

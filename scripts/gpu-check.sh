@@ -100,8 +100,15 @@ for n in 2 4 8; do
   cat "$OUTDIR/allreduce_n${n}_8B.txt" "$OUTDIR/allreduce_n${n}_64M.txt" |
     grep -E "^ +(8|67108864) " | sed "s/^/n=$n /" | tee -a "$OUTDIR/summary.txt"
 done
-if command -v mpirun >/dev/null && [ -x "$B/perf/mpi_allreduce_bench" ]; then
-  log "Open MPI on the same machine"
-  mpirun --allow-run-as-root --oversubscribe -np 2 "$B/perf/mpi_allreduce_bench" 2>&1 |
-    tail -20 | tee -a "$OUTDIR/summary.txt" || true
+# The host comparison where ranks have a core each (8 and 16 ranks on 16 cores): papccl
+# against Open MPI 5 and MPICH 5, whose wheels come along in build-peers/ (this machine has no
+# network: scripts/setup-peers.sh here, then copy its prefixes there and carry the folder).
+peers=${PEERS:-$PWD/build-peers}
+if [ -x "$peers/openmpi5/bin/mpicc" ] || [ -x "$peers/mpich5/bin/mpicc" ]; then
+  log "host comparison, 8 and 16 ranks (perf/compare/run.sh)"
+  BUILD=$B OUT="$OUTDIR/compare" PEERS=$peers NRANKS="8 16" ROUNDS=3 LIBS="papccl openmpi5 mpich5" \
+    PATTERNS="balanced:0 late:2000 late:20000" SIZES="--sizes 8,64K,1M,16M" CELL_TIMEOUT=120 \
+    perf/compare/run.sh 2>&1 | grep -v "^# cells" | tee -a "$OUTDIR/summary.txt" || log "host comparison FAILED"
+else
+  log "no MPI peers in $peers: host comparison skipped (scripts/setup-peers.sh, then carry them)"
 fi

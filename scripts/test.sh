@@ -168,7 +168,8 @@ nccl_ref=""
 do_deps() {
   scripts/install-deps.sh || return
   torch_python=$(scripts/setup-venv.sh | tail -n 1) || return
-  nccl_ref=$(scripts/fetch-nccl-ref.sh | tail -n 1)
+  nccl_ref=$(scripts/fetch-nccl-ref.sh | tail -n 1) || return
+  scripts/setup-peers.sh >/dev/null # the comparison's MPI peers (perf/compare/run.sh)
 }
 
 do_build() {

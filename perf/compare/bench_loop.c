@@ -3,6 +3,7 @@
 #include "bench_loop.h"
 
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +20,35 @@ static size_t parseSize(const char* t) {
   return (size_t)v;
 }
 
+/* Rank r's element i: a hash of i plus a rank offset, integers below 2048 (the sum over up
+ * to 8192 ranks is exact in float32). The hash makes every element's value depend on its
+ * index without a period, so a library that reduced the right numbers into the wrong
+ * places (a chunk permuted or shifted) fails the check, which a constant fill would pass. */
+static float cmpValue(size_t i, int r) {
+  uint32_t h = (uint32_t)i * 2654435761u;
+  return (float)(((h >> 22) + 37u * (uint32_t)r) & 1023u);
+}
+
+void cmpFill(float* mine, float* expect, size_t count, int rank, int nranks) {
+  for (size_t i = 0; i < count; i++) {
+    float sum = 0;
+    for (int r = 0; r < nranks; r++)
+      sum += cmpValue(i, r);
+    mine[i] = cmpValue(i, rank);
+    expect[i] = sum;
+  }
+}
+
+int cmpCallsFor(size_t bytes, int iters, int smallMult) {
+  size_t mult = bytes >= (1u << 20) ? 1 : (1u << 20) / bytes;
+  if (mult > (size_t)smallMult) mult = (size_t)smallMult;
+  return iters * (int)mult;
+}
+
 int cmpRun(struct cmpLib* lib, int argc, char** argv) {
   size_t minB = 64 * 1024, maxB = 16 << 20, factor = 16;
   int iters = 10, warmup = 3;
-  double minMs = 0; /* --min-ms: timed calls of a cell last at least this long (estimated) */
+  int smallMult = 50; /* --small-mult: small sizes run up to this many times `iters` calls */
   const char* pattern = "balanced";
   struct papPerfArrival arr;
   memset(&arr, 0, sizeof(arr));
@@ -30,7 +56,7 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
   static const struct option longopts[] = {{"arrival", required_argument, 0, 'A'},
                                            {"skew", required_argument, 0, 'S'},
                                            {"sizes", required_argument, 0, 'L'},
-                                           {"min-ms", required_argument, 0, 'M'},
+                                           {"small-mult", required_argument, 0, 'M'},
                                            {0, 0, 0, 0}};
   size_t list[64];
   int nlist = 0;
@@ -60,7 +86,7 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
       arr.skewUs = atof(optarg);
       break;
     case 'M':
-      minMs = atof(optarg);
+      smallMult = atoi(optarg);
       break;
     case 'L': { /* --sizes 8,64K,1M: these sizes instead of -b/-e/-f */
       nlist = 0;
@@ -80,7 +106,7 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     default:
       fprintf(stderr,
               "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
-              "[--sizes S1,S2,...] [--arrival PATTERN] [--skew USEC] [--min-ms MS]\n",
+              "[--sizes S1,S2,...] [--arrival PATTERN] [--skew USEC] [--small-mult M]\n",
               argv[0]);
       return 2;
     }
@@ -90,7 +116,7 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     return 2;
   }
   if (minB == (size_t)-1 || maxB == (size_t)-1 || minB < 4 || minB > maxB || factor < 2 ||
-      iters < 1 || warmup < 0 || minMs < 0) {
+      iters < 1 || warmup < 0 || smallMult < 1) {
     fprintf(stderr, "%s: bad -b/-e/-f/-n/-w\n", argv[0]);
     return 2;
   }
@@ -104,16 +130,17 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
   for (int i = 0; i < nlist; i++)
     if (list[i] > maxB) maxB = list[i];
   size_t maxCount = maxB / 4;
-  /* A cell runs at least `iters` timed calls, and more where --min-ms asks for it, up to
-   * 50 times as many. */
-  int maxIters = minMs > 0 ? 50 * iters : iters;
+  int maxIters = smallMult * iters;
   float* buf = (float*)malloc(maxCount * sizeof(float) + 64);
+  float* mine = (float*)malloc(maxCount * sizeof(float) + 64);
+  float* expect = (float*)malloc(maxCount * sizeof(float) + 64);
   double* st = (double*)malloc(sizeof(double) * 4 * (size_t)maxIters);
   double* tmp = (double*)malloc(sizeof(double) * (size_t)maxIters);
-  if (!buf || !st || !tmp) {
+  if (!buf || !mine || !expect || !st || !tmp) {
     fprintf(stderr, "%s: out of memory\n", argv[0]);
     return 1;
   }
+  cmpFill(mine, expect, maxCount, lib->rank, lib->nranks);
   int rc = 0;
   long call = 0;
   for (int si = 0; si < nlist; si++) {
@@ -125,37 +152,23 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     }
     /* Warm-up calls see the same arrival pattern, so an adaptive library (papccl's selector)
      * reaches its steady state before the timed calls. */
-    double w0 = papPerfNow();
     for (int w = 0; w < warmup; w++) {
-      for (size_t i = 0; i < count; i++)
-        buf[i] = (float)(lib->rank + 1);
+      memcpy(buf, mine, count * sizeof(float));
       if (lib->barrier(lib->ctx) != 0) return 1;
       papPerfDelayUs(papPerfArrivalDelayUs(&arr, lib->rank, lib->nranks, call++));
       if (lib->allreduceF32(lib->ctx, buf, count) != 0) return 1;
     }
-    int cellIters = iters;
-    if (minMs > 0 && warmup > 0) {
-      /* From the warm-up's pace (the rank that wants most calls decides, so every rank
-       * runs the same number): short calls need many to leave their start-up transient. */
-      double per = (papPerfNow() - w0) / warmup;
-      double want = per > 0 ? minMs * 1e-3 / per : (double)maxIters;
-      if (want > maxIters) want = maxIters;
-      if (want < iters) want = iters;
-      if (lib->allreduceF64(lib->ctx, &want, 1, 0)) return 1;
-      cellIters = (int)want;
-    }
+    int cellIters = cmpCallsFor(bytes, iters, smallMult);
     int64_t wrong = 0;
-    float want = (float)lib->nranks * (float)(lib->nranks + 1) / 2;
     for (int it = 0; it < cellIters; it++) {
-      for (size_t i = 0; i < count; i++)
-        buf[i] = (float)(lib->rank + 1);
+      memcpy(buf, mine, count * sizeof(float));
       if (lib->barrier(lib->ctx) != 0) return 1;
       papPerfDelayUs(papPerfArrivalDelayUs(&arr, lib->rank, lib->nranks, call++));
       double t0 = papPerfNow();
       if (lib->allreduceF32(lib->ctx, buf, count) != 0) return 1;
       double t1 = papPerfNow();
       for (size_t i = 0; i < count; i++)
-        wrong += buf[i] != want;
+        wrong += buf[i] != expect[i];
       st[it] = t0;
       st[cellIters + it] = t0;
       st[2 * cellIters + it] = t1;
@@ -187,6 +200,8 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
   }
   papPerfArrivalFree(&arr);
   free(buf);
+  free(mine);
+  free(expect);
   free(st);
   free(tmp);
   return rc;

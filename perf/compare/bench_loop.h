@@ -24,14 +24,24 @@ struct cmpLib {
   int (*prepare)(void* ctx, float* buf, size_t count);
 };
 
-/* Parses the common options (-b -e -f or --sizes, -n -w --arrival --skew), runs every size
+/* Rank `rank`'s input (mine) and the sum every rank must get (expect), count elements: each
+ * element's value depends on its index and the rank, so misplaced data fails the check. */
+void cmpFill(float* mine, float* expect, size_t count, int rank, int nranks);
+/* Timed calls of one size: `iters`, times 1 MiB / bytes for smaller sizes, at most
+ * smallMult times `iters`. A function of the size only: every library runs the same calls
+ * (short calls need many to get past every library's start-up transient). */
+int cmpCallsFor(size_t bytes, int iters, int smallMult);
+
+/* Parses the common options (-b -e -f or --sizes, -n -w --arrival --skew --small-mult), runs
+ * every size
  * and prints, on rank 0, one line per size:
  *   cell <lib> <ranks> <pattern:skew> <bytes> <incoll_us> <tail_us> <skew_us> <wrong>
  * incoll = median over calls of the mean time in the call over ranks; tail = median of (last
  * completion - last arrival); skew = median of (last arrival - first arrival). Every call,
  * warm-up included, follows the arrival pattern after a barrier; buffers are reduced in
- * place (Gloo's algorithms only work in place). Returns the exit code (0, or 1 on a wrong
- * result or a failed call). */
+ * place (Gloo's algorithms only work in place); every timed call's result is checked against
+ * cmpFill's sums outside the timed region. Returns the exit code (0, or 1 on a wrong result
+ * or a failed call). */
 int cmpRun(struct cmpLib* lib, int argc, char** argv);
 
 #ifdef __cplusplus

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# papccl against Open MPI (MPI_Allreduce) and Gloo (its allreduce algorithms, TCP on loopback)
-# on this host: the same sizes and arrival patterns, the same timing loop (bench_loop.c),
-# alternating libraries within each round; prints one table of medians over the rounds with
-# the ratio papccl/peer per cell, and writes every cell to $OUT/cells.tsv (for plot.py).
+# papccl against today's peers on this host: Open MPI 5 and MPICH 5 (PyPI wheels,
+# scripts/setup-peers.sh), Debian's Open MPI 4.1, torch.distributed's gloo (the project's
+# virtual environment) and Debian's Gloo; the same sizes and arrival patterns, the same timing
+# loop and call counts (bench_loop.c), libraries alternating within each round. Prints one
+# table of medians over the rounds with the ratio papccl/peer per cell, and writes every cell
+# to $OUT/cells.tsv (for plot.py). A run that fails (a wrong element, a crash, a timeout)
+# fails the benchmark and shows as FAIL in its cell.
 #
 # Usage: perf/compare/run.sh [--quick]      BUILD=dir (default ./build), OUT=dir (default a
 #   temp dir), NRANKS (rank counts, "4"; e.g. "2 4 8"), ROUNDS (3), ITERS (20), WARMUP (10),
-#   MIN_MS (20: a cell's timed calls last at least this long, up to 50 x ITERS calls: 20
-#   calls of a few microseconds are the start-up transient of every library),
+#   SMALL_MULT (50: sizes under 1 MiB run ITERS x 1 MiB/size calls, at most SMALL_MULT x
+#   ITERS; the same counts for every library),
 #   PATTERNS ("balanced:0 late:2000 late:20000 staircase:20000"; trace:FILE replays a
 #   recorded arrival pattern, e.g. one that papccl.torch.save_trace wrote in training),
-#   LIBS ("papccl openmpi gloo-ring gloo-halving_doubling"),
+#   LIBS ("papccl openmpi5 mpich5 openmpi4 torch-gloo gloo-ring"; also gloo-halving_doubling),
 #   SIZES (all_reduce sizes as -b/-e/-f, "-b 64K -e 16M -f 16"; e.g. "-b 8 -e 64M -f 8", or a
-#   list, "--sizes 8,64K,1M,16M")
+#   list, "--sizes 8,64K,1M,16M"), CELL_TIMEOUT (900 s per library run),
+#   MPICH_OVERSUB (0: MPICH runs only where ranks <= CPUs, see perf/README.md; 1: always),
+#   PEERS (where scripts/setup-peers.sh put the MPI wheels, <cache>/papccl/peers),
+#   PYTHON (the project's virtual environment's, for torch-gloo), REQUIRE ("papccl": libraries
+#   that must give cells; one not installed fails the run instead of being left out)
 # --quick: one round, 64 KiB and 1 MiB, patterns balanced and late:2000, few calls (CI smoke).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -22,56 +29,116 @@ OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/papccl-compare.XXXXXX")}
 NRANKS=${NRANKS:-4}
 ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-20}
-MIN_MS=${MIN_MS:-20}
+SMALL_MULT=${SMALL_MULT:-50}
 WARMUP=${WARMUP:-10}
+CELL_TIMEOUT=${CELL_TIMEOUT:-900}
 PATTERNS=${PATTERNS:-"balanced:0 late:2000 late:20000 staircase:20000"}
-LIBS=${LIBS:-"papccl openmpi gloo-ring gloo-halving_doubling"}
+LIBS=${LIBS:-"papccl openmpi5 mpich5 openmpi4 torch-gloo gloo-ring"}
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/papccl
+PYTHON=${PYTHON:-${PAPCCL_VENV:-$cache/venv}/bin/python3}
 read -r -a SIZES <<<"${SIZES:--b 64K -e 16M -f 16}"
 if [ "${1:-}" = --quick ]; then
-  ROUNDS=1 ITERS=3 WARMUP=2 MIN_MS=0 PATTERNS="balanced:0 late:2000"
+  ROUNDS=1 ITERS=3 WARMUP=2 SMALL_MULT=1 PATTERNS="balanced:0 late:2000"
   SIZES=(-b 64K -e 1M -f 16)
 fi
-mkdir -p "$OUT"
+mkdir -p "$OUT/bin"
 C=$BUILD/perf/compare
 cells=$OUT/cells.tsv
+fails=$OUT/failed.tsv
 : >"$cells"
-mpiopts=(--oversubscribe)
-[ "$(id -u)" = 0 ] && mpiopts+=(--allow-run-as-root)
-if command -v ompi_info >/dev/null && ompi_info 2>/dev/null | grep -q 'MCA btl: vader'; then
-  mpiopts+=(--mca btl self,vader)
-fi
+: >"$fails"
+cpus=$(nproc)
+
+# mpi_driver NAME PREFIX: builds the loop against one MPI with its own compiler wrapper.
+mpi_driver() {
+  [ -x "$OUT/bin/mpi_cmp-$1" ] && return 0
+  "$2/bin/mpicc" -O2 -o "$OUT/bin/mpi_cmp-$1" "$root/perf/compare/mpi_cmp.c" \
+    "$root/perf/compare/bench_loop.c" "$root/perf/arrival.c" -lm
+}
+root_args=()
+[ "$(id -u)" = 0 ] && root_args=(--allow-run-as-root)
+# Each peer as its documentation has it for one host: Open MPI's shared-memory BTL (sm in
+# 5.x, vader in 4.x) with --oversubscribe (it then yields when idle); MPICH's defaults (its
+# shared memory within a host; it yields every MPIR_CVAR_POLLS_BEFORE_YIELD polls).
+PEERS=${PEERS:-$cache/peers}
+declare -A mpi_prefix=([openmpi5]="$PEERS/openmpi5" [mpich5]="$PEERS/mpich5" [openmpi4]=/usr)
+declare -A mpi_launch=(
+  [openmpi5]="mpirun ${root_args[*]} --oversubscribe --mca btl self,sm -np"
+  [openmpi4]="mpirun ${root_args[*]} --oversubscribe --mca btl self,vader -np"
+  [mpich5]="mpiexec -n")
+settings() { # printed under the table
+  echo "# papccl $(git -C "$root" describe --always --dirty 2>/dev/null || echo '?'): defaults (papcclrun)"
+  for lib in $LIBS; do
+    case $lib in
+    openmpi5 | openmpi4 | mpich5)
+      [ -x "${mpi_prefix[$lib]}/bin/mpicc" ] &&
+        echo "# $lib: $(version "$lib"): ${mpi_launch[$lib]} N" ;;
+    torch-gloo) echo "# torch-gloo: torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null), init_process_group(\"gloo\"), one thread per rank" ;;
+    gloo-*) echo "# $lib: Debian libgloo, TCP on loopback" ;;
+    esac
+  done
+}
+version() {
+  case $1 in
+  mpich5) "${mpi_prefix[$1]}/bin/mpichversion" 2>/dev/null | awk '/MPICH Version/ { print "MPICH " $3 }' ;;
+  *) "${mpi_prefix[$1]}/bin/ompi_info" 2>/dev/null | awk '/Open MPI:/ { print "Open MPI " $3; exit }' ;;
+  esac
+}
 
 run_lib() { # lib pattern skew round nranks
   local lib=$1 pat=$2 skew=$3 n=$5 log="$OUT/$1-${2//\//_}-$3-n$5-r$4.log"
-  local args=("${SIZES[@]}" -n "$ITERS" -w "$WARMUP" --min-ms "$MIN_MS" --arrival "$pat" --skew "$skew")
-  local mpirun=(mpirun "${mpiopts[@]}" -np "$n")
+  local args=("${SIZES[@]}" -n "$ITERS" -w "$WARMUP" --small-mult "$SMALL_MULT" --arrival "$pat" --skew "$skew")
+  local t=(timeout -k 10 "$CELL_TIMEOUT")
   case $lib in
-  papccl) "$BUILD/src/launcher/papcclrun" -n "$n" "$C/papccl_cmp" "${args[@]}" ;;
-  openmpi)
-    [ -x "$C/mpi_cmp" ] || { echo "# openmpi: mpi_cmp not built" >&2; return 0; }
-    "${mpirun[@]}" "$C/mpi_cmp" "${args[@]}" ;;
+  papccl) "${t[@]}" "$BUILD/src/launcher/papcclrun" -n "$n" "$C/papccl_cmp" "${args[@]}" ;;
+  openmpi5 | openmpi4 | mpich5)
+    local p=${mpi_prefix[$lib]}
+    if [ ! -x "$p/bin/mpicc" ]; then
+      echo "# $lib: not installed (scripts/setup-peers.sh; Debian's openmpi-bin for openmpi4)" >&2
+      return 0
+    fi
+    if [ "$lib" = mpich5 ] && [ "$n" -gt "$cpus" ] && [ "${MPICH_OVERSUB:-0}" != 1 ]; then
+      echo "# mpich5: not run at $n ranks on $cpus CPUs (it busy-polls; MPICH_OVERSUB=1 runs it)" >&2
+      return 0
+    fi
+    mpi_driver "$lib" "$p" || { echo "# $lib: building its driver failed" >&2; return 0; }
+    # shellcheck disable=SC2086 # the launch line is words
+    PATH="$p/bin:$PATH" PAPCMP_NAME=$lib "${t[@]}" ${mpi_launch[$lib]} "$n" "$OUT/bin/mpi_cmp-$lib" "${args[@]}" ;;
+  torch-gloo)
+    if [ ! -f "$C/libpapccl_cmp_pyloop.so" ] || ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+      echo "# torch-gloo: no torch at $PYTHON (scripts/setup-venv.sh)" >&2
+      return 0
+    fi
+    local store
+    store=$(mktemp -d "$OUT/torch-store.XXXXXX")
+    PAPCMP_LOOP=$C/libpapccl_cmp_pyloop.so PAPCMP_TORCH_STORE=$store "${t[@]}" \
+      "$BUILD/src/launcher/papcclrun" -n "$n" "$PYTHON" "$root/perf/compare/torch_cmp.py" "${args[@]}"
+    rm -rf "$store" ;;
   gloo-*)
     [ -x "$C/gloo_cmp" ] || { echo "# gloo: gloo_cmp not built (libgloo-dev missing)" >&2; return 0; }
     local store
     store=$(mktemp -d "$OUT/gloo-store.XXXXXX")
-    PAPCMP_GLOO_STORE=$store PAPCMP_GLOO_ALGO=${lib#gloo-} \
+    PAPCMP_GLOO_STORE=$store PAPCMP_GLOO_ALGO=${lib#gloo-} "${t[@]}" \
       "$BUILD/src/launcher/papcclrun" -n "$n" "$C/gloo_cmp" "${args[@]}"
     rm -rf "$store" ;;
   esac >"$log" 2>&1 || {
-    echo "# $lib $pat:$skew failed, see $log" >&2
-    failed=$((failed + 1))
+    echo "# $lib $pat:$skew n=$n round $4 failed, see $log" >&2
+    printf '%s\t%s\t%s\t%s:%s\n' "$4" "$lib" "$n" "$pat" "$skew" >>"$fails"
     return 0
   }
   awk -v r="$4" '$1 == "cell" { print r "\t" $2 "\t" $3 "\t" $4 "\t" $5 "\t" $6 "\t" $7 "\t" $8 "\t" $9 }' \
     "$log" >>"$cells"
 }
 
-failed=0
 start=$(date +%s)
 for round in $(seq 1 "$ROUNDS"); do
   for n in $NRANKS; do
     for p in $PATTERNS; do
-      for lib in $LIBS; do
+      # Alternate the order within each round, so no library always runs first (warm caches,
+      # a quieter machine).
+      order=$LIBS
+      [ $((round % 2)) = 0 ] && order=$(echo "$LIBS" | tr ' ' '\n' | tac | xargs)
+      for lib in $order; do
         case $p in
         trace:*) run_lib "$lib" "$p" 0 "$round" "$n" ;; # a recorded pattern: trace:FILE
         *) run_lib "$lib" "${p%%:*}" "${p#*:}" "$round" "$n" ;;
@@ -80,10 +147,12 @@ for round in $(seq 1 "$ROUNDS"); do
     done
   done
 done
-echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, $NRANKS ranks, $ROUNDS round(s) x $ITERS calls, $(($(date +%s) - start)) s"
-python3 "$root/perf/compare/table.py" "$cells"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ), $cpus CPUs, $NRANKS ranks, $ROUNDS round(s), $ITERS calls (x up to $SMALL_MULT under 1 MiB), $(($(date +%s) - start)) s"
+settings
+python3 "$root/perf/compare/table.py" "$cells" "$fails"
 rc=$?
+for lib in ${REQUIRE:-papccl}; do
+  cut -f2 "$cells" | grep -qx "$lib" || { echo "# required library $lib gave no cells"; rc=1; }
+done
 echo "# cells: $cells"
-[ "$failed" = 0 ] || echo "# $failed run(s) failed"
-[ "$failed" = 0 ] && exit "$rc"
-exit 1
+exit "$rc"
