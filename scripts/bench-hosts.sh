@@ -176,7 +176,7 @@ AGENT
   for ((h = 0; h < hosts; h++)); do hl="$hl${hl:+,}$(addr "$h"):$perhost"; done
   local opts=(--allow-run-as-root --oversubscribe --host "$hl" -np "$nranks" --map-by slot
     --mca plm_rsh_agent "$agent" --mca btl self,tcp --mca btl_tcp_if_include eth0
-    --mca oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1)
+    --mca oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1 -x PAPCMP_NAME=openmpi)
   if ! ip netns exec "$prefix-h0" timeout 900 mpirun "${opts[@]}" "$mbin" --sizes "$sizes" \
     -n "$iters" -w "$warmup" "$@" >"$out/openmpi_${name}_r${round}.log" 2>&1; then
     echo "bench-hosts: Open MPI ($name) failed (its columns say -):" >&2
