@@ -281,6 +281,14 @@ def test_async_and_futures():
     for k, t in enumerate(ts):
         check(torch.equal(t, torch.full((100,), float(sum(r + k for r in range(WORLD))))), "async allreduce %d" % k)
     check(torch.equal(fut.wait(), ts[-1] * 2), "future then() chain")
+    # Once wait() returned, the work's future is done, so a then() added after wait() runs at
+    # once, in the caller's thread (as with gloo; torchft's DDP relies on it).
+    late = 0
+    for _ in range(300):
+        w = dist.all_reduce(torch.ones(8), async_op=True)
+        w.wait()
+        late += not w.get_future().done()
+    check(late == 0, "future done once wait() returned (%d of 300 were not)" % late)
     # wait(timeout) on an op whose peer is late: rank 0 times out waiting, then waits again.
     if WORLD > 1:
         t = torch.ones(4)

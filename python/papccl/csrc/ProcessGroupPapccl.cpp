@@ -67,11 +67,14 @@ bool WorkPapccl::wait(std::chrono::milliseconds timeout) {
 }
 
 void WorkPapccl::complete(std::exception_ptr exception) {
-  finish(exception);
+  // The future first, then the waiters: once wait() returns, the future is done, so a
+  // then() added after wait() runs at once in the caller's thread (gloo's order; torchft's
+  // DDP chains its callbacks so and breaks when one runs later in this worker).
   if (exception)
     future_->setError(exception);
   else
     future_->markCompleted(c10::IValue(outputs_));
+  finish(exception);
 }
 
 // ---- The group ----------------------------------------------------------------------------
