@@ -48,23 +48,41 @@ def _create(opts, pg_options=None):
     """The backend's creator (torch.distributed's extended API): store, rank, size, timeout
     and the group's name come in ``opts``."""
     store, rank, size = opts.store, opts.group_rank, opts.group_size
-    timeout_ms = _timeout_ms(opts.timeout)
-    # papccl reads its own timeout (communicator creation, every wait) once per process:
-    # unless the user chose one, it is the first group's. The watchdog of each group
-    # bounds that group's operations by its own timeout.
-    if not os.environ.get("PAPCCL_TIMEOUT_S"):
-        os.environ["PAPCCL_TIMEOUT_S"] = str(max(1, math.ceil(timeout_ms / 1000)))
     # A new_group of a default group bound to a device (init_process_group(device_id=...)):
     # torch passes the parent as split_from and has the ranks outside the new group call the
     # parent's perform_nocolor_split, so the members split the parent too (papcclCommSplit
     # needs every rank of the parent; the ranks are the default group's, which are global).
     split_from = getattr(opts, "split_from", None)
     if isinstance(split_from, ProcessGroupPapccl):
-        return split_from._split([int(r) for r in opts.global_ranks_in_group], timeout_ms)
+        _default_papccl_timeout(_timeout_ms(opts.timeout))
+        return split_from._split([int(r) for r in opts.global_ranks_in_group],
+                                 _timeout_ms(opts.timeout))
     name = opts.group_id or "default"
     with _generation_lock:
         _generation[name] += 1
-        key = "papccl/uid/%s/%d" % (name, _generation[name])
+        key = "%s/%d" % (name, _generation[name])
+    return new_backend(store, rank, size, opts.timeout, key)
+
+
+def _default_papccl_timeout(timeout_ms):
+    # papccl reads its own timeout (communicator creation, every wait) once per process:
+    # unless the user chose one, it is the first group's. The watchdog of each group
+    # bounds that group's operations by its own timeout.
+    if not os.environ.get("PAPCCL_TIMEOUT_S"):
+        os.environ["PAPCCL_TIMEOUT_S"] = str(max(1, math.ceil(timeout_ms / 1000)))
+
+
+def new_backend(store, rank, size, timeout=None, key="default"):
+    """A papccl backend (ProcessGroupPapccl) of ``size`` ranks whose communicator's unique id
+    rank 0 publishes in ``store`` (a c10d Store) under ``key``, which every rank passes the
+    same and no earlier group of that store used: what a runtime that builds its own process
+    groups calls (papccl.torchft's reconfigurable group does). ``timeout``: a timedelta or
+    seconds, bounding every operation (the group's watchdog aborts the communicator)."""
+    if not isinstance(rank, int) or not isinstance(size, int) or not 0 <= rank < size:
+        raise ValueError("papccl: rank %r is not in [0, size %r)" % (rank, size))
+    timeout_ms = _timeout_ms(timeout)
+    _default_papccl_timeout(timeout_ms)
+    key = "papccl/uid/" + key
     if rank == 0:
         uid = _C.unique_id()
         store.set(key, uid)
