@@ -33,10 +33,6 @@
 #include "param.h"
 #include "socket.h"
 
-static void ring(struct ibState* st) {
-  papDoorbellRing(&st->bell);
-}
-
 static void reqDropMr(struct papReq* r) {
   if (r->mr && r->pendingWr == 0) papIbMrCachePut(&r->st->mrCache, r->mr);
   if (r->pendingWr == 0) r->mr = NULL;
@@ -92,7 +88,7 @@ int papIbConnFail(struct papConn* c, papcclResult_t err) {
   }
   matchRecv(c);
   n += failRecvs(c);
-  ring(c->st);
+  papDoorbellRing(&c->st->bell);
   return n;
 }
 
@@ -446,7 +442,7 @@ int papIbPollCq(struct ibState* st) {
     total += n;
   }
   if (n < 0) PAP_WARN("ib: ibv_poll_cq failed");
-  if (total) ring(st);
+  if (total) papDoorbellRing(&st->bell);
   return total;
 }
 

@@ -85,7 +85,7 @@ static ucs_status_t amHomeReq(void* arg, const void* header, size_t headerLen, v
     status = 0;
   }
   if (h.id != 0) queueOut(st, h.from, UCX_AM_HOME_REPLY, h.id, status, st->serveBuf, rl);
-  papUcxRing(st); /* the board changed: rank 0's own waits on it look again */
+  papDoorbellRing(&st->bell); /* the board changed: rank 0's own waits on it look again */
   return UCS_OK;
 }
 
@@ -101,7 +101,7 @@ static ucs_status_t amHomeReply(void* arg, const void* header, size_t headerLen,
     st->callLen = len;
   }
   st->callState = h.status == 0 ? 1 : 2;
-  papUcxRing(st);
+  papDoorbellRing(&st->bell);
   return UCS_OK;
 }
 
@@ -114,7 +114,7 @@ static ucs_status_t amHomePush(void* arg, const void* header, size_t headerLen, 
     if (len) memcpy(st->inBuf, data, len);
     st->push(st->homeArg, st->inBuf, len);
   }
-  papUcxRing(st);
+  papDoorbellRing(&st->bell);
   return UCS_OK;
 }
 
@@ -276,7 +276,7 @@ static void ucxHomePush(void* state, int peer, const void* msg, size_t len) {
   struct ucxState* st = (struct ucxState*)state;
   if (peer == st->base.ctx.rank) {
     if (st->push) st->push(st->homeArg, msg, len);
-    papUcxRing(st);
+    papDoorbellRing(&st->bell);
     return;
   }
   queueOut(st, peer, UCX_AM_HOME_PUSH, 0, 0, msg, len);

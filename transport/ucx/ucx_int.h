@@ -149,8 +149,6 @@ void papUcxPoolFree(struct ucxState* st);
 /* ---- ucx_wake.c: progress, sleeping and waking, liveness -------------------------------- */
 extern const struct papWakeOps papUcxWakeOps;
 extern const struct papLiveOps papUcxLiveOps;
-/* Something changed for the threads of this rank: bump the bell and wake the sleepers. */
-void papUcxRing(struct ucxState* st);
 /* One pass of the worker (and the board messages queued meanwhile) by any thread; returns
  * the events it handled. */
 unsigned papUcxProgressOnce(struct ucxState* st);

@@ -12,11 +12,11 @@
 /* Completion callbacks ring the bell: a sleeper in papUcxWait looks again. */
 static void sentCb(void* req, ucs_status_t status, void* user) {
   (void)req, (void)status;
-  papUcxRing((struct ucxState*)user);
+  papDoorbellRing(&((struct ucxState*)user)->bell);
 }
 static void recvCb(void* req, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
   (void)req, (void)status, (void)info;
-  papUcxRing((struct ucxState*)user);
+  papDoorbellRing(&((struct ucxState*)user)->bell);
 }
 
 /* A bounce buffer of at least bytes (reqLock not held). */

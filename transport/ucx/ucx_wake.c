@@ -11,12 +11,6 @@
 #include "log.h"
 #include "ucx/ucx_int.h"
 
-/* Something changed for the threads of this rank: bump the bell, and if one sleeps in
- * poll (another thread may have taken the worker's event), wake it through the eventfd. */
-void papUcxRing(struct ucxState* st) {
-  papDoorbellRing(&st->bell);
-}
-
 /* The thread that holds the poller role of a worker (papUcxWait), if this thread does. */
 static __thread struct ucxState* pollerOf;
 
@@ -37,7 +31,7 @@ unsigned papUcxProgressOnce(struct ucxState* st) {
 static ucs_status_t amWake(void* arg, const void* header, size_t headerLen, void* data, size_t len,
                            const ucp_am_recv_param_t* param) {
   (void)header, (void)headerLen, (void)data, (void)len, (void)param;
-  papUcxRing((struct ucxState*)arg);
+  papDoorbellRing(&((struct ucxState*)arg)->bell);
   return UCS_OK;
 }
 
@@ -170,7 +164,7 @@ void papUcxWait(void* state, uint32_t token, int64_t timeoutNs) {
     atomic_store_explicit(&st->poller, 0, memory_order_seq_cst);
     ucxDrain(st);
     /* Events that arrive from now on have no poller: hand the role to a sleeper. */
-    if (papDoorbellSleepers(&st->bell) > 1) papUcxRing(st);
+    if (papDoorbellSleepers(&st->bell) > 1) papDoorbellRing(&st->bell);
   }
   papDoorbellSleepLeave(&st->bell); /* the last sleeper resets the eventfd */
   if (!isPoller) ucxDrain(st);
