@@ -107,8 +107,9 @@ struct papMsgOps {
   papcclResult_t (*progress)(void* state);
   /* Optional: the engine gave up a plan (an error) with receives still posted; from the
    * engine's thread. They must not write into the caller's buffers once the call returns:
-   * cancel them (a receive already under way finishes first, bounded). NULL: a receive
-   * writes only inside test and progress, which the engine no longer calls for it. */
+   * cancel them (a receive already under way finishes first, bounded). NULL: nothing is
+   * cancelled (shm writes a receive only inside test and progress; on ib a receive whose
+   * CTS went out may still take the peer's RDMA write). */
   void (*abandon)(void* state);
 };
 
