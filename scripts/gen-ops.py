@@ -2,11 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """Writes the transport ops-table excerpts of the docs from transport/transport.h.
 
-Two excerpts of `struct papTransportOps`, each between its markers:
-  - docs/ARCHITECTURE.md section 5: the struct's members as the header declares them, each
-    group under the first sentence of its comment;
+Two excerpts of the ops table: `struct papTransportCaps`, the sub-tables (`struct pap*Ops`,
+the concerns) and `struct papTransportOps`, in the header's order, each between its markers:
+  - docs/ARCHITECTURE.md section 5: each struct under the first sentence of its comment, its
+    members as the header declares them, each group under the first sentence of its comment;
   - docs/CONVENTIONS.md section 7: a table, one row per group of members (the members
-    under one comment), with the comment in full as the contract.
+    under one comment, named as a caller reaches them from the table: `msg->isend(...)`,
+    `caps.anySource`), with the comment in full as the contract.
 
   gen-ops.py          rewrite both excerpts
   gen-ops.py --check  exit 1 (and say which) when an excerpt is not what the header gives
@@ -25,13 +27,43 @@ def begin(what):
                                                                                  HEADER)
 
 
-def groups(text):
-    """[(comments, [(declaration on one line, declaration as the header breaks it)])] of
-    struct papTransportOps, in order; comments: the text of each comment over the group."""
-    m = re.search(r'struct papTransportOps \{\n(.*?)\n\};', text, re.S)
-    if not m:
+def clean(comment):
+    """The text of a C comment (its /* */ stripped), on one line."""
+    text_ = ' '.join(line.strip().lstrip('*').strip() for line in comment.split('\n'))
+    return ' '.join(text_.split())
+
+
+def structs(text):
+    """[(name, comment over it, groups)] of struct papTransportCaps, the sub-tables and
+    struct papTransportOps, in the header's order."""
+    out = []
+    for m in re.finditer(r'(?:/\*((?:(?!\*/).)*?)\*/\n)?struct (\w+) \{\n(.*?)\n\};', text, re.S):
+        name = m.group(2)
+        if name == 'papTransportCaps' or (name.startswith('pap') and name.endswith('Ops')):
+            out.append((name, clean(m.group(1) or ''), groups(m.group(3))))
+    if not any(n == 'papTransportOps' for n, _, _ in out):
         raise ValueError('%s: struct papTransportOps not found' % HEADER)
-    body = m.group(1)
+    return out
+
+
+def paths(sts):
+    """{struct name: how a caller reaches its members from the ops table}, from the
+    members of struct papTransportOps (`const struct papMsgOps* msg;`: 'msg->')."""
+    out = {'papTransportOps': ''}
+    for name, _, gs in sts:
+        if name != 'papTransportOps':
+            continue
+        for _, members in gs:
+            for one, _ in members:
+                m = re.match(r'(?:const )?struct (\w+)(\*?) (\w+);$', one)
+                if m:
+                    out[m.group(1)] = m.group(3) + ('->' if m.group(2) else '.')
+    return out
+
+
+def groups(body):
+    """[(comments, [(declaration on one line, declaration as the header breaks it)])] of a
+    struct's body, in order; comments: the text of each comment over the group."""
     out = []
     comment, members, decl = [], [], ''
     i = 0
@@ -41,9 +73,7 @@ def groups(text):
             if members:  # a comment after members opens the next group
                 out.append((comment, members))
                 comment, members = [], []
-            text_ = body[i + 2:j - 2]
-            text_ = ' '.join(line.strip().lstrip('*').strip() for line in text_.split('\n'))
-            comment.append(' '.join(text_.split()))
+            comment.append(clean(body[i + 2:j - 2]))
             i = j
         elif body[i] == ';':
             one = ' '.join((decl + ';').split()).replace('( ', '(')
@@ -93,22 +123,33 @@ def wrap(text, first, rest, width=100):
     return lines
 
 
-def code_excerpt(gs):
-    out = ['```c', 'struct papTransportOps {']
-    for comment, members in gs:
-        if comment:
-            out += wrap(' '.join(first_sentence(c) for c in comment), '  /*', '   *')
-        out += [full for _, full in members]
-    out += ['};', '```']
+def code_excerpt(sts):
+    out = ['```c']
+    for k, (name, head, gs) in enumerate(sts):
+        if k:
+            out.append('')
+        if head:
+            out += wrap(first_sentence(head), '/*', ' *')
+        out.append('struct %s {' % name)
+        for comment, members in gs:
+            if comment:
+                out += wrap(' '.join(first_sentence(c) for c in comment), '  /*', '   *')
+            out += [full for _, full in members]
+        out.append('};')
+    out.append('```')
     return '\n'.join(out)
 
 
-def table(gs):
+def table(sts):
     rows = ['| member | contract (the comment in the header) |', '|---|---|']
-    for comment, members in gs:
-        text = ' '.join(comment).replace('|', '\\|').replace('*', '\\*')
-        rows.append('| %s | %s |' % (', '.join('`%s`' % member_call(d) for d, _ in members),
-                                     text or '(no comment)'))
+    where = paths(sts)
+    for name, _, gs in sts:
+        for comment, members in gs:
+            text = ' '.join(comment).replace('|', '\\|').replace('*', '\\*')
+            rows.append('| %s | %s |' % (', '.join('`%s%s`' % (where.get(name, name + ' '),
+                                                                member_call(d))
+                                                   for d, _ in members),
+                                         text or '(no comment)'))
     return '\n'.join(rows)
 
 
@@ -122,9 +163,9 @@ def replace(doc, what, want):
 
 def main():
     with open(os.path.join(ROOT, HEADER)) as f:
-        gs = groups(f.read())
-    jobs = [('docs/ARCHITECTURE.md', 'code', code_excerpt(gs)),
-            ('docs/CONVENTIONS.md', 'table', table(gs))]
+        sts = structs(f.read())
+    jobs = [('docs/ARCHITECTURE.md', 'code', code_excerpt(sts)),
+            ('docs/CONVENTIONS.md', 'table', table(sts))]
     check = '--check' in sys.argv[1:]
     bad = 0
     for path, what, want in jobs:
@@ -145,7 +186,8 @@ def main():
                     f.write(new)
     if check and not bad:
         print('docs/ARCHITECTURE.md and docs/CONVENTIONS.md match %s (%d members in %d '
-              'groups)' % (HEADER, sum(len(m) for _, m in gs), len(gs)))
+              'groups of %d structs)' % (HEADER, sum(len(m) for _, _, gs in sts for _, m in gs),
+                                         sum(len(gs) for _, _, gs in sts), len(sts)))
     return bad
 
 

@@ -21,7 +21,7 @@ static void commStopOps(struct papComm* comm) {
   atomic_store_explicit(&comm->abortFlag, 1, memory_order_seq_cst);
   papHierAbortFlags(comm); /* a hierarchical call in flight waits in an inner comm */
   if (atomic_load_explicit(&comm->transportLive, memory_order_acquire))
-    comm->tops->wake(comm->tstate);
+    comm->tops->wake->wake(comm->tstate);
 }
 
 /* Revokes comm (papcclCommRevoke, and shrink's ABORT): new operations are refused, the ones
@@ -37,7 +37,7 @@ void papCommWaitCallsDrained(struct papComm* comm) {
   struct papWait w;
   papWaitInit(&w, "destroy waiting for the comm's calls in flight", NULL, 0, 0, 200000);
   while (atomic_load_explicit(&comm->activeCalls, memory_order_seq_cst) > 1) {
-    if (comm->tstate) comm->tops->wake(comm->tstate);
+    if (comm->tstate) comm->tops->wake->wake(comm->tstate);
     papWaitSleep(&w);
   }
 }
@@ -95,10 +95,10 @@ PAPCCL_API papcclResult_t papcclCommDestroy(papcclComm_t comm) {
    * 0's arrival board on a network backend: peers still finishing a collective need it. */
   if (comm->arrival) papArrivalDrainBoard(comm);
   /* A healthy comm is left in good order: peers still finishing the last operation must not
-   * take this process's exit for a failure (tops->deadPeer). */
-  if (comm->tstate && comm->tops->depart && !papCommAborted(comm) &&
+   * take this process's exit for a failure (tops->live->deadPeer). */
+  if (comm->tstate && !papCommAborted(comm) &&
       atomic_load_explicit(&comm->asyncError, memory_order_acquire) == papcclSuccess)
-    comm->tops->depart(comm->tstate);
+    comm->tops->live->depart(comm->tstate);
   commRelease(comm);
   return res;
 }

@@ -171,7 +171,8 @@ static papcclResult_t connectPeers(struct papComm* comm, int64_t spinNs) {
   papcclResult_t res = papcclSuccess;
   int n = comm->nranks;
   unsigned char* handles = NULL;
-  const size_t hb = comm->tops->handleBytes ? comm->tops->handleBytes : PAP_TRANSPORT_HANDLE_BYTES;
+  const size_t hb =
+      comm->tops->caps.handleBytes ? comm->tops->caps.handleBytes : PAP_TRANSPORT_HANDLE_BYTES;
   PAP_CHECK(papCalloc(&handles, (size_t)n * hb));
   PAP_CHECK_GOTO(comm->tops->listen(comm->tstate, handles + (size_t)comm->rank * hb), res, out);
   PAP_CHECK_GOTO(papBootstrapAllGather(comm->bs, handles, hb), res, out);
@@ -271,7 +272,7 @@ papcclResult_t papCommInitRankInternal(struct papComm* comm, const papcclUniqueI
   if (res == papcclSuccess) res = commSetup(comm);
   if (res == papcclSuccess) {
     atomic_store_explicit(&comm->transportLive, 1, memory_order_release);
-    if (papCommIdleDriven(comm)) comm->tops->wake(comm->tstate); /* start serving it */
+    if (papCommIdleDriven(comm)) comm->tops->wake->wake(comm->tstate); /* start serving it */
     res = papHierSetup(comm);
   }
   if (res == papcclSuccess) {
@@ -287,7 +288,7 @@ papcclResult_t papCommChildSetup(struct papComm* parent, struct papComm* child) 
   papcclResult_t res = commSetup(child);
   if (res == papcclSuccess) {
     atomic_store_explicit(&child->transportLive, 1, memory_order_release);
-    if (papCommIdleDriven(child)) child->tops->wake(child->tstate);
+    if (papCommIdleDriven(child)) child->tops->wake->wake(child->tstate);
     res = papHierSetup(child);
   }
   papLogSetContext(parent->rank, parent->lastError, sizeof(parent->lastError));

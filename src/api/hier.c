@@ -74,7 +74,7 @@ void papHierAbortFlags(struct papComm* comm) {
     if (inner[i] == NULL) continue;
     atomic_store_explicit(&inner[i]->abortFlag, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&inner[i]->transportLive, memory_order_acquire))
-      inner[i]->tops->wake(inner[i]->tstate);
+      inner[i]->tops->wake->wake(inner[i]->tstate);
   }
 }
 

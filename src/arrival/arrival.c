@@ -32,7 +32,7 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
     ps->ident[r] = r;
   pthread_mutex_init(&ps->mailLock, NULL);
   ps->checkMismatch = papParamCheckMismatch() != 0;
-  ps->msg = comm->tops->homeCall != NULL && n <= 0xffff &&
+  ps->msg = comm->tops->home != NULL && n <= 0xffff &&
             sizeof(struct hmReply) + SLOT_WORDS(n) * sizeof(uint64_t) <= PAP_HOME_MAX_BYTES;
   if (ps->msg) {
     int bad = papCalloc(&ps->reply, PAP_HOME_MAX_BYTES / sizeof(uint64_t)) != papcclSuccess;
@@ -60,9 +60,10 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
   snprintf(ps->st.lastAlgoName, sizeof(ps->st.lastAlgoName), "none");
   comm->arrival = ps;
   /* Over a message board the calls are compared at rank 0, after the data may have left:
-   * the call in the tags keeps mismatched messages apart until the verdict comes
-   * (papArrivalBegin sets each collective's tag bits). */
-  comm->engine.callTags = ps->msg && ps->checkMismatch;
+   * the call in the tags (the engine's tag salt, set per collective from op->arr.callTag)
+   * keeps mismatched messages apart until the verdict comes, and sends to a peer gone (it
+   * may have failed on the verdict) wait for the health check to say why. */
+  comm->engine.holdDeadSends = ps->msg && ps->checkMismatch;
   if (ps->msg) PAP_CHECK(papHomeAttach(comm));
   return papFlatAttach(comm);
 }
@@ -70,7 +71,7 @@ papcclResult_t papArrivalInit(struct papComm* comm) {
 void papArrivalFree(struct papComm* comm) {
   struct papArrivalState* ps = comm->arrival;
   if (ps == NULL) return;
-  if (ps->msg && comm->tstate) comm->tops->homeAttach(comm->tstate, NULL, NULL, NULL);
+  if (ps->msg && comm->tstate) comm->tops->home->attach(comm->tstate, NULL, NULL, NULL);
   for (int s = 0; s < PAP_BOARD_SLOTS; s++) {
     free(ps->mail[s].owners);
     free(ps->mail[s].before);

@@ -15,9 +15,9 @@
 #include "papccl.h"
 
 /* The arrival board: PAP_BOARD_SLOTS slots of 64-bit words held by the home rank (rank 0)
- * and reached through the transport (boardAtomic, boardRead, notify). Slot layout (arrival_int.h):
- * word, released, the first arriver's call (signature, root), rank_at[N], t_arr[N], each slot
- * starting on a 64-byte line; after the slots, per slot, the mismatch check's words
+ * and reached through the transport (its board or home table, wake->notify). Slot layout
+ * (arrival_int.h): word, released, the first arriver's call (signature, root), rank_at[N],
+ * t_arr[N], each slot starting on a 64-byte line; after the slots, per slot, the mismatch check's words
  * (docs/PAP-ENGINE.md section 11): mark, then per rank its call's signature and root. */
 #define PAP_BOARD_SLOTS 4
 static inline size_t papBoardSlotStride(int nranks) {

@@ -93,7 +93,7 @@ struct papArrivalState {
   uint64_t* slotBuf; /* [2 + 2 nranks]: one slot of the board, read in one go */
   uint64_t* sorted; /* [nranks] */
   uint64_t slotCseq[PAP_BOARD_SLOTS]; /* 1 + the last collective in each slot (0: none) */
-  /* message board (the transport has homeCall): the home's words (rank  0), this rank's
+  /* message board (the transport has a home table): the home's words (rank  0), this rank's
    * mail per slot, a reply buffer */
   int msg;
   uint64_t* home;
@@ -181,18 +181,17 @@ static inline size_t slotBase(int n, int slot) {
 #define IDX_TARR(n, s, r) (slotBase(n, s) + SLOT_HDR + (size_t)(n) + (size_t)(r))
 
 static inline papcclResult_t bLoad(struct papComm* comm, size_t idx, uint64_t* v) {
-  return comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_LOAD, 0, 0, v);
+  return comm->tops->board->atomic(comm->tstate, idx, PAP_BOARD_LOAD, 0, 0, v);
 }
 static inline papcclResult_t bStore(struct papComm* comm, size_t idx, uint64_t v) {
-  return comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_STORE, v, 0, NULL);
+  return comm->tops->board->atomic(comm->tstate, idx, PAP_BOARD_STORE, v, 0, NULL);
 }
 /* A word published by this rank's next bStore (its readers read that one first). */
 static inline papcclResult_t bStoreRelease(struct papComm* comm, size_t idx, uint64_t v) {
-  return comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_STORE_RELEASE, v, 0, NULL);
+  return comm->tops->board->atomic(comm->tstate, idx, PAP_BOARD_STORE_RELEASE, v, 0, NULL);
 }
-/* count consecutive words from idx: one round trip where the backend can (remote boards). */
+/* count consecutive words from idx, each loaded atomically (together no snapshot). */
 static inline papcclResult_t bRead(struct papComm* comm, size_t idx, size_t count, uint64_t* out) {
-  if (comm->tops->boardRead) return comm->tops->boardRead(comm->tstate, idx, count, out);
   for (size_t i = 0; i < count; i++)
     PAP_CHECK(bLoad(comm, idx + i, &out[i]));
   return papcclSuccess;
@@ -200,7 +199,7 @@ static inline papcclResult_t bRead(struct papComm* comm, size_t idx, size_t coun
 static inline papcclResult_t bCas(struct papComm* comm, size_t idx, uint64_t expect,
                                   uint64_t desired, int* okOut) {
   uint64_t old = 0;
-  PAP_CHECK(comm->tops->boardAtomic(comm->tstate, idx, PAP_BOARD_CAS, desired, expect, &old));
+  PAP_CHECK(comm->tops->board->atomic(comm->tstate, idx, PAP_BOARD_CAS, desired, expect, &old));
   *okOut = old == expect;
   return papcclSuccess;
 }

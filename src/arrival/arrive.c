@@ -55,7 +55,7 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
     uint64_t w = ahead ? m->word : 0;
     pthread_mutex_unlock(&ps->mailLock);
     if (ahead) {
-      PAP_CHECK(comm->tops->homeSend(comm->tstate, &q, sizeof(q)));
+      PAP_CHECK(comm->tops->home->send(comm->tstate, &q, sizeof(q)));
       a->used = 1;
       ps->slotCseq[a->slot] = op->call.cseq + 1;
       a->pos = (int)PAP_W_NE(w); /* at least; only a chain needs it exactly */
@@ -87,12 +87,12 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
       slotWait.spinNs = 0;
       slotWaiting = 1;
     }
-    uint32_t tok = comm->tops->waitToken(comm->tstate);
+    uint32_t tok = comm->tops->wake->waitToken(comm->tstate);
     uint64_t now = papNowNs();
     PAP_CHECK(papWaitCheck(&slotWait, now));
     /* The peer may be stuck in a mismatched collective, or have failed it. */
     if (papWaitHealthDue(&slotWait, now)) PAP_CHECK(papArrivalCheckMismatch(comm));
-    comm->tops->wait(comm->tstate, tok, papWaitSlice(&slotWait, now, 1000000));
+    comm->tops->wake->wait(comm->tstate, tok, papWaitSlice(&slotWait, now, 1000000));
   }
   a->used = 1;
   ps->slotCseq[a->slot] = op->call.cseq + 1;
@@ -188,11 +188,11 @@ static papcclResult_t wakeNeighbours(struct papComm* comm, const struct papArriv
   uint64_t v = 0;
   if (!PAP_W_COMMIT(w)) {
     PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
-    if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
+    if ((uint32_t)(v >> 32) == a->gen) comm->tops->wake->notify(comm->tstate, (int)(uint32_t)v - 1);
   }
   if (a->pos > 1 || PAP_W_COMMIT(w)) {
     PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, a->pos - 1), &v));
-    if ((uint32_t)(v >> 32) == a->gen) comm->tops->notify(comm->tstate, (int)(uint32_t)v - 1);
+    if ((uint32_t)(v >> 32) == a->gen) comm->tops->wake->notify(comm->tstate, (int)(uint32_t)v - 1);
   }
   return papcclSuccess;
 }
@@ -206,7 +206,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   papArrivalPredict(comm, op, papArrivalSignature(&op->call));
   papSelectLocal(comm, op);
   struct papArrivalState* ps = comm->arrival;
-  if ((comm->tops->boardAtomic == NULL && !ps->msg) || n > 0xffff) return papcclSuccess;
+  if ((comm->tops->board == NULL && !ps->msg) || n > 0xffff) return papcclSuccess;
   a->slot = (int)(op->call.cseq % PAP_BOARD_SLOTS);
   a->gen = genOf(op->call.cseq);
   a->released = 0;

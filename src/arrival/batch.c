@@ -33,7 +33,8 @@ static papcclResult_t arriveAll(struct papOpDesc* ops, int nops) {
 static void tagCalls(struct papOpDesc* ops, int nops) {
   for (int i = 0; i < nops; i++) {
     struct papOpDesc* op = &ops[i];
-    if (!isColl(op) || op->call.count == 0 || !op->comm->engine.callTags) continue;
+    struct papArrivalState* ps = op->comm->arrival;
+    if (!isColl(op) || op->call.count == 0 || !(ps->msg && ps->checkMismatch)) continue;
     op->arr.callTag = papArrivalCallTag(op->comm, &op->call);
   }
 }

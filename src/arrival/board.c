@@ -60,10 +60,10 @@ papcclResult_t papBoardRelease(struct papComm* comm, struct papArrival* a) {
   a->released = 1;
   if (comm->arrival->msg) {
     struct hmReq q = {HM_RELEASE, (uint32_t)a->slot, a->gen, comm->rank, 0, 0};
-    return comm->tops->homeSend(comm->tstate, &q, sizeof(q));
+    return comm->tops->home->send(comm->tstate, &q, sizeof(q));
   }
-  return comm->tops->boardAtomic(comm->tstate, IDX_REL(comm->nranks, a->slot), PAP_BOARD_FADD, 1, 0,
-                                 NULL);
+  return comm->tops->board->atomic(comm->tstate, IDX_REL(comm->nranks, a->slot), PAP_BOARD_FADD, 1,
+                                   0, NULL);
 }
 
 /* Rank at arrival position p (waits for the entry: it is written right after the CAS). */
@@ -112,7 +112,7 @@ int papArrivalArrived(struct papComm* comm, const struct papOpDesc* op, unsigned
 void papArrivalDrainBoard(struct papComm* comm) {
   int n = comm->nranks;
   if (comm->rank != 0 || n < 2 || n > 0xffff || comm->tstate == NULL ||
-      (comm->tops->boardAtomic == NULL && !comm->arrival->msg) || !comm->tops->remoteBoard)
+      (comm->tops->board == NULL && !comm->arrival->msg) || !comm->tops->caps.remoteBoard)
     return;
   if (atomic_load_explicit(&comm->asyncError, memory_order_acquire) != papcclSuccess ||
       papAborted(abortFlagOf(comm)))
@@ -126,13 +126,13 @@ void papArrivalDrainBoard(struct papComm* comm) {
     size_t ri = IDX_REL(n, s);
     uint64_t want = ((uint64_t)genOf(k) << 32) | (uint32_t)n;
     for (;;) {
-      uint32_t tok = comm->tops->waitToken(comm->tstate);
+      uint32_t tok = comm->tops->wake->waitToken(comm->tstate);
       uint64_t rel = 0;
       if (comm->arrival->msg) { /* our own board: read it as the home serves it */
         struct hmReq q = {HM_READ, (uint32_t)s, 0, 0, 0, 0};
         size_t len = 0;
-        if (comm->tops->homeCall(comm->tstate, &q, sizeof(q), comm->arrival->reply,
-                                 PAP_HOME_MAX_BYTES, &len) != papcclSuccess ||
+        if (comm->tops->home->call(comm->tstate, &q, sizeof(q), comm->arrival->reply,
+                                   PAP_HOME_MAX_BYTES, &len) != papcclSuccess ||
             len < 2 * sizeof(uint64_t))
           break;
         rel = comm->arrival->reply[1];
@@ -148,7 +148,7 @@ void papArrivalDrainBoard(struct papComm* comm) {
             (unsigned long long)k);
         return;
       }
-      comm->tops->wait(comm->tstate, tok, papWaitSlice(&wt, now, 1000000));
+      comm->tops->wake->wait(comm->tstate, tok, papWaitSlice(&wt, now, 1000000));
     }
   }
 }

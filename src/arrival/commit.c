@@ -23,7 +23,7 @@ static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64
     PAP_CHECK(papCommCheckDeadPeer(comm));
   }
   for (int r = 0; r < comm->nranks; r++) {
-    if (r == comm->rank || comm->tops->peerAlive(comm->tstate, r)) continue;
+    if (r == comm->rank || comm->tops->live->peerAlive(comm->tstate, r)) continue;
     PAP_CHECK(papArrivalNoticeExplains(comm));
     PAP_WARN("rank %d (%s) exited while %s", r, papCommPidText(comm, r).s, papWaitWhat(w));
     return papcclRemoteError;
@@ -90,11 +90,11 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, struct 
   uint32_t lastCnt = 0;
   uint64_t lastChange = papNowNs();
   for (;;) {
-    uint32_t tok = comm->tops->waitToken(comm->tstate);
+    uint32_t tok = comm->tops->wake->waitToken(comm->tstate);
     uint64_t w = 0;
     papcclResult_t res = slotWord(comm, a, wi, &w);
     if (res != papcclSuccess) {
-      comm->tops->wait(comm->tstate, tok, 0);
+      comm->tops->wake->wait(comm->tstate, tok, 0);
       return res;
     }
     uint32_t cnt = PAP_W_COUNT(w);
@@ -106,7 +106,7 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, struct 
     int commit =
         !ch.wait || cnt == (uint32_t)n || (cnt >= (uint32_t)nMin && now - lastChange >= tau);
     if (commit) {
-      comm->tops->wait(comm->tstate, tok, 0);
+      comm->tops->wake->wait(comm->tstate, tok, 0);
       PAP_FAULT(PAP_FAULT_COMMIT, comm->rank, (const volatile int*)&comm->abortFlag);
       uint64_t cw = makeWord(a->gen, ch.algo | (ch.watch ? PAP_W_WATCH_BIT : 0), 1, 1, cnt, cnt);
       int ok = 0;
@@ -117,13 +117,13 @@ static papcclResult_t decide(struct papComm* comm, struct papOpDesc* op, struct 
     }
     res = waitChecks(comm, wt, now);
     if (res != papcclSuccess) {
-      comm->tops->wait(comm->tstate, tok, 0);
+      comm->tops->wake->wait(comm->tstate, tok, 0);
       return res;
     }
     int64_t slice = 100000000;
     if (cnt >= (uint32_t)nMin) slice = (int64_t)(lastChange + tau - now);
     if (slice < 1000) slice = 1000;
-    comm->tops->wait(comm->tstate, tok, papWaitSlice(wt, now, slice));
+    comm->tops->wake->wait(comm->tstate, tok, papWaitSlice(wt, now, slice));
   }
 }
 
@@ -141,22 +141,22 @@ static papcclResult_t awaitCommit(struct papComm* comm, struct papOpDesc* op, st
     }
     uint64_t now = papNowNs();
     if (papWaitSpin(wt, now)) {
-      if (comm->arrival->msg) comm->tops->progress(comm->tstate); /* the push comes in there */
+      if (comm->arrival->msg) comm->tops->msg->progress(comm->tstate); /* the push comes in there */
       continue;
     }
-    uint32_t tok = comm->tops->waitToken(comm->tstate);
+    uint32_t tok = comm->tops->wake->waitToken(comm->tstate);
     papcclResult_t res = slotWord(comm, a, wi, &w);
     if (res == papcclSuccess && PAP_W_GEN(w) == a->gen && PAP_W_COMMIT(w)) {
-      comm->tops->wait(comm->tstate, tok, 0);
+      comm->tops->wake->wait(comm->tstate, tok, 0);
       *wordOut = w;
       return papcclSuccess;
     }
     if (res == papcclSuccess) res = waitChecks(comm, wt, now);
     if (res != papcclSuccess) {
-      comm->tops->wait(comm->tstate, tok, 0);
+      comm->tops->wake->wait(comm->tstate, tok, 0);
       return res;
     }
-    comm->tops->wait(comm->tstate, tok, papWaitSlice(wt, now, 100000000));
+    comm->tops->wake->wait(comm->tstate, tok, papWaitSlice(wt, now, 100000000));
   }
 }
 
@@ -181,7 +181,7 @@ papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op)
         PAP_CHECK(bRead(comm, IDX_RANKAT(n, a->slot, 1), nE - 1, buf));
         for (uint32_t p = 0; p + 1 < nE; p++)
           if ((uint32_t)(buf[p] >> 32) == a->gen)
-            comm->tops->notify(comm->tstate, (int)(uint32_t)buf[p] - 1);
+            comm->tops->wake->notify(comm->tstate, (int)(uint32_t)buf[p] - 1);
       }
     } else {
       PAP_CHECK(awaitCommit(comm, op, &wt, &w));
@@ -259,7 +259,7 @@ papcclResult_t papArrivalExtend(struct papComm* comm, struct papOpDesc* op, int*
     if (m != NULL && m->succPos == c->pos + 1) succ = m->succRank;
     pthread_mutex_unlock(&ps->mailLock);
     if (succ < 0) {
-      comm->tops->progress(comm->tstate);
+      comm->tops->msg->progress(comm->tstate);
       return papcclSuccess; /* successor not here yet */
     }
   } else {

@@ -54,9 +54,9 @@ papcclResult_t papFlatAttach(struct papComm* comm) {
   int n = comm->nranks;
   size_t area = papFlatAreaBytes(n);
   ps->flatCap = 0;
-  if (area == 0 || comm->tops->flat == NULL) return papcclSuccess;
+  if (area == 0 || comm->tops->local == NULL) return papcclSuccess;
   for (int r = 0; r < n; r++) {
-    ps->flatArea[r] = (char*)comm->tops->flat(comm->tstate, r);
+    ps->flatArea[r] = (char*)comm->tops->local->flat(comm->tstate, r);
     if (ps->flatArea[r] == NULL) return papcclSuccess; /* not every rank mapped: no flat ops */
   }
   ps->flatLine = area / 2;
@@ -171,13 +171,9 @@ int papFlatPeerAt(struct papComm* comm, uint64_t cseq, int* rankOut, uint64_t* s
   return 0;
 }
 
+/* Flat ops run only where the backend has a local table (papFlatAttach). */
 static void wakePeers(struct papComm* comm) {
-  if (comm->tops->notifyAll) {
-    comm->tops->notifyAll(comm->tstate);
-    return;
-  }
-  for (int p = 0; p < comm->nranks; p++)
-    if (p != comm->rank) comm->tops->notify(comm->tstate, p);
+  comm->tops->local->notifyAll(comm->tstate);
 }
 
 /* A call that differs from ours: our line is out, so wake the sleepers to see it too. */
@@ -216,7 +212,7 @@ static papcclResult_t awaitLines(struct papComm* comm, const struct papOpDesc* o
     if (papWaitHealthDue(&w, now)) {
       papDiagUpdate(comm, &w, seen);
       for (int p = 0; p < n; p++) {
-        if (seen[p] || comm->tops->peerAlive(comm->tstate, p)) continue;
+        if (seen[p] || comm->tops->live->peerAlive(comm->tstate, p)) continue;
         PAP_WARN("allreduce #%llu on rank %d: rank %d (%s) exited before it arrived",
                  (unsigned long long)c->cseq, me, p, papCommPidText(comm, p).s);
         return papcclRemoteError;
@@ -231,15 +227,15 @@ static papcclResult_t awaitLines(struct papComm* comm, const struct papOpDesc* o
       w.what = what;
       described = 1;
     }
-    uint32_t tok = comm->tops->waitToken(comm->tstate);
+    uint32_t tok = comm->tops->wake->waitToken(comm->tstate);
     got = pollPeers(comm, seq, fseq, sig, seen);
     if (got != 0) {
-      comm->tops->wait(comm->tstate, tok, 0);
+      comm->tops->wake->wait(comm->tstate, tok, 0);
       if (got < 0) return mismatch(comm);
       left -= got;
       continue;
     }
-    comm->tops->wait(comm->tstate, tok, papWaitSlice(&w, now, 100000000));
+    comm->tops->wake->wait(comm->tstate, tok, papWaitSlice(&w, now, 100000000));
     w.spinUntil = papNowNs() + w.spinNs / 4; /* a short poll after each wake-up */
   }
   return papcclSuccess;

@@ -30,7 +30,7 @@ void papHomePush(struct papComm* comm, int peer, uint32_t kind, int slot, uint32
   p->rank = rank;
   p->word = word;
   if (words) memcpy(p->data, data, words * sizeof(uint64_t));
-  comm->tops->homePush(comm->tstate, peer, p, bytes);
+  comm->tops->home->push(comm->tstate, peer, p, bytes);
   free(big);
 }
 
@@ -220,8 +220,8 @@ static void homePushed(void* arg, const void* msg, size_t len) {
 /* A request to the home and its reply. An unreachable home is logged here, unless a mismatch
  * the home found explains it (a peer that failed on it and left, rank 0 itself). */
 papcclResult_t papHomeCall(struct papComm* comm, const struct hmReq* q, size_t* len) {
-  papcclResult_t res = comm->tops->homeCall(comm->tstate, q, sizeof(*q), comm->arrival->reply,
-                                            PAP_HOME_MAX_BYTES, len);
+  papcclResult_t res = comm->tops->home->call(comm->tstate, q, sizeof(*q), comm->arrival->reply,
+                                              PAP_HOME_MAX_BYTES, len);
   if (res != papcclRemoteError) return res;
   if (papArrivalNoticeExplains(comm) == papcclInvalidUsage) return papcclInvalidUsage;
   PAP_WARN("rank 0, which holds the arrival board, is unreachable from rank %d", comm->rank);
@@ -229,5 +229,5 @@ papcclResult_t papHomeCall(struct papComm* comm, const struct hmReq* q, size_t* 
 }
 
 papcclResult_t papHomeAttach(struct papComm* comm) {
-  return comm->tops->homeAttach(comm->tstate, homeServe, homePushed, comm);
+  return comm->tops->home->attach(comm->tstate, homeServe, homePushed, comm);
 }

@@ -10,7 +10,7 @@
 
 /* The board's words are this rank's to use (not a message board's). */
 static int sharedBoard(const struct papComm* comm) {
-  return comm->tops->boardAtomic != NULL && !comm->arrival->msg && comm->nranks <= 0xffff;
+  return comm->tops->board != NULL && !comm->arrival->msg && comm->nranks <= 0xffff;
 }
 
 void papArrivalMismatchWarn(uint64_t cseq, int a, uint64_t sigA, int rootA, int b, uint64_t sigB,
@@ -25,7 +25,7 @@ void papArrivalMismatchWarn(uint64_t cseq, int a, uint64_t sigA, int rootA, int 
 
 static void wakeAll(struct papComm* comm) {
   for (int p = 0; p < comm->nranks; p++)
-    if (p != comm->rank) comm->tops->notify(comm->tstate, p);
+    if (p != comm->rank) comm->tops->wake->notify(comm->tstate, p);
 }
 
 /* Rank r's call in slot s: signature and root. */
@@ -222,9 +222,9 @@ static papcclResult_t boardOpCheck(struct papComm* comm, uint64_t c, int board) 
 /* One turn of a bounded wait in the transport: progress, then sleep on the doorbell (at most
  * 1 ms). 0 when progress failed (the transport can deliver nothing more). */
 static int pumpTransport(struct papComm* comm) {
-  uint32_t tok = comm->tops->waitToken(comm->tstate);
-  if (comm->tops->progress(comm->tstate) != papcclSuccess) return 0;
-  comm->tops->wait(comm->tstate, tok, 1000000);
+  uint32_t tok = comm->tops->wake->waitToken(comm->tstate);
+  if (comm->tops->msg->progress(comm->tstate) != papcclSuccess) return 0;
+  comm->tops->wake->wait(comm->tstate, tok, 1000000);
   return 1;
 }
 
@@ -235,13 +235,13 @@ static int pumpTransport(struct papComm* comm) {
 static void homeAwaitAcks(struct papComm* comm) {
   struct papArrivalState* ps = comm->arrival;
   if (ps->acked == NULL) return;
-  if (comm->tops->homeFlush) comm->tops->homeFlush(comm->tstate);
+  if (comm->tops->home) comm->tops->home->flush(comm->tstate);
   uint64_t t0 = papNowNs();
   for (;;) {
     int missing = 0;
     for (int r = 1; r < comm->nranks && !missing; r++)
       missing = !atomic_load_explicit(&ps->acked[r], memory_order_acquire) &&
-                comm->tops->peerAlive(comm->tstate, r);
+                comm->tops->live->peerAlive(comm->tstate, r);
     if (!missing || papNowNs() - t0 >= PAP_NOTICE_ACK_NS || !pumpTransport(comm)) return;
   }
 }
@@ -257,7 +257,7 @@ static papcclResult_t noticeRead(struct papComm* comm) {
   pthread_mutex_unlock(&ps->mailLock);
   if (!ps->noticeAcked && comm->rank != 0) { /* the home may wait for it to leave */
     struct hmReq q = {HM_ACK, 0, 0, comm->rank, c, 0, 0, 0, 0};
-    (void)comm->tops->homeSend(comm->tstate, &q, sizeof(q));
+    (void)comm->tops->home->send(comm->tstate, &q, sizeof(q));
     ps->noticeAcked = 1;
   }
   if (c >= ps->madeHi) return papcclSuccess;
@@ -286,20 +286,20 @@ papcclResult_t papArrivalNoticeExplains(struct papComm* comm) {
    * (it failed too, and is tearing its comm down) must not delay the report. The home
    * itself files its notice at once. */
   if (!atomic_load_explicit(&ps->noticeAny, memory_order_acquire) && comm->rank != 0 &&
-      comm->tops->peerAlive(comm->tstate, 0)) {
+      comm->tops->live->peerAlive(comm->tstate, 0)) {
     (void)papArrivalFlushCalls(comm);
     uint64_t seq = ++ps->syncSent;
     struct hmReq q = {HM_SYNC, 0, 0, comm->rank, seq, 0, 0, 0, 0};
     uint64_t t0 = papNowNs();
-    if (comm->tops->homeSend(comm->tstate, &q, sizeof(q)) == papcclSuccess) {
+    if (comm->tops->home->send(comm->tstate, &q, sizeof(q)) == papcclSuccess) {
       while (atomic_load_explicit(&ps->syncSeen, memory_order_acquire) < seq &&
              !atomic_load_explicit(&ps->noticeAny, memory_order_acquire) &&
-             comm->tops->peerAlive(comm->tstate, 0) && papNowNs() - t0 < PAP_NOTICE_SYNC_NS &&
+             comm->tops->live->peerAlive(comm->tstate, 0) && papNowNs() - t0 < PAP_NOTICE_SYNC_NS &&
              pumpTransport(comm)) {
       }
     }
   }
-  if (comm->rank != 0 && !comm->tops->peerAlive(comm->tstate, 0)) {
+  if (comm->rank != 0 && !comm->tops->live->peerAlive(comm->tstate, 0)) {
     uint64_t t0 = papNowNs();
     while (!atomic_load_explicit(&ps->noticeAny, memory_order_acquire) &&
            papNowNs() - t0 < PAP_NOTICE_DRAIN_NS && pumpTransport(comm)) {
@@ -400,7 +400,7 @@ papcclResult_t papArrivalFlushCalls(struct papComm* comm) {
   memcpy((char*)buf + sizeof(q), ps->callBuf, 3 * sizeof(uint64_t) * (size_t)ps->callN);
   size_t len = sizeof(q) + 3 * sizeof(uint64_t) * (size_t)ps->callN;
   ps->callN = 0;
-  return comm->tops->homeSend(comm->tstate, buf, len);
+  return comm->tops->home->send(comm->tstate, buf, len);
 }
 
 papcclResult_t papMismatchQueueCall(struct papComm* comm, const struct papOpDesc* op) {

@@ -188,7 +188,7 @@ static papcclResult_t readOrder(struct papComm* comm, struct papOpDesc* op) {
     ps->st.lastComplete = 1;
     return papcclSuccess;
   }
-  int readable = a->decided || !comm->tops->remoteBoard;
+  int readable = a->decided || !comm->tops->caps.remoteBoard;
   ps->st.lastComplete = readable && readArrivals(comm, a);
   papcclResult_t res = papMismatchVerify(comm, op, readable, ps->st.lastComplete);
   (void)papBoardRelease(comm, a);

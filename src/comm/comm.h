@@ -148,11 +148,11 @@ static inline int papCommAborted(const struct papComm* comm) {
   return papAborted((const volatile int*)&comm->abortFlag);
 }
 
-/* A peer that died without leaving the comm in good order (tops->deadPeer), or -1: no
+/* A peer that died without leaving the comm in good order (tops->live->deadPeer), or -1: no
  * operation can finish then. For the waits' health checks. */
 static inline int papCommDeadPeer(struct papComm* comm) {
-  if (comm->tops == NULL || comm->tops->deadPeer == NULL || comm->tstate == NULL) return -1;
-  return comm->tops->deadPeer(comm->tstate);
+  if (comm->tops == NULL || comm->tstate == NULL) return -1;
+  return comm->tops->live->deadPeer(comm->tstate);
 }
 
 /* "pid N" for a peer's process in the errors that name it, or, where its pid means nothing
@@ -193,7 +193,7 @@ static inline void papCommSetError(struct papComm* comm, papcclResult_t res) {
  * that, a rank that goes idle right after its last eager send leaves a peer waiting for
  * them, docs/PAP-ENGINE.md section 13). */
 static inline int papCommIdleDriven(const struct papComm* c) {
-  return c->tops != NULL && c->tops->idleProgress;
+  return c->tops != NULL && c->tops->caps.idleProgress;
 }
 
 #endif /* PAPCCL_COMM_COMM_H_ */

@@ -36,13 +36,13 @@ papcclResult_t papEngineInit(struct papEngine* e, int rank, int nranks,
   PAP_CHECK(papCalloc(&e->steps, (size_t)e->cap));
   /* Published-chunk slots: as many chunk-sized slots as the staging area holds. */
   size_t stageBytes = 0;
-  if (tops->staging && tops->staging(tstate, rank, &stageBytes) != NULL) {
+  if (tops->local && tops->local->staging(tstate, rank, &stageBytes) != NULL) {
     int64_t chunk = papParamChunkSize();
     size_t slotBytes = ((size_t)(chunk < 64 ? 64 : chunk) + 63) & ~(size_t)63;
     size_t nslots = stageBytes / (slotBytes + sizeof(struct papStageSlot));
     int all = 1; /* every peer's staging area must be mapped (all ranks on this host) */
     for (int p = 0; p < nranks; p++)
-      all &= tops->staging(tstate, p, NULL) != NULL;
+      all &= tops->local->staging(tstate, p, NULL) != NULL;
     if (nslots >= 2 && all) {
       e->stageSlots = (int)(nslots > 4096 ? 4096 : nslots);
       e->stageSlotBytes = slotBytes;
@@ -140,7 +140,7 @@ int papStepSend(struct papEngine* e, int peer, const void* src, size_t bytes, in
   s->src = (const char*)src;
   s->bytes = bytes;
   uint32_t k = e->sendN[peer]++;
-  s->tag = (e->curSeq << 32) | (e->callTag ? e->callTag | (k & 0xffffu) : k);
+  s->tag = (e->curSeq << 32) | (e->tagSalt ? e->tagSalt | (k & 0xffffu) : k);
   s->prevQ = e->lastSend[peer];
   e->lastSend[peer] = idx;
   return idx;
@@ -157,7 +157,7 @@ static int planRecvCommon(struct papEngine* e, int kind, int peer, void* dst, co
   s->src = (const char*)src;
   s->bytes = bytes;
   uint32_t k = e->recvN[peer]++;
-  s->tag = (e->curSeq << 32) | (e->callTag ? e->callTag | (k & 0xffffu) : k);
+  s->tag = (e->curSeq << 32) | (e->tagSalt ? e->tagSalt | (k & 0xffffu) : k);
   s->dtype = (uint8_t)dtype;
   s->red = (uint8_t)red;
   s->prevQ = e->lastRecv[peer];
@@ -257,7 +257,7 @@ int papStepFetch(struct papEngine* e, int owner, void* dst, size_t bytes, int sl
 
 /* Slot control line and data of rank r's staging area. */
 static inline struct papStageSlot* stageCtl(struct papEngine* e, int r, int slot, char** data) {
-  char* base = (char*)e->tops->staging(e->tstate, r, NULL);
+  char* base = (char*)e->tops->local->staging(e->tstate, r, NULL);
   if (base == NULL) return NULL;
   struct papStageSlot* ctl = (struct papStageSlot*)base;
   *data =
@@ -347,15 +347,15 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
   size_t esz;
   switch (s->kind) {
   case PAP_STEP_SEND:
-    /* With call tags (a message board's mismatch check), nothing is sent to a peer known to
-     * be gone: the step waits, and the health check says why (a mismatch the peer failed
-     * on, else its exit) instead of the transport's refusal. */
-    if (e->callTags && !e->tops->peerAlive(e->tstate, s->peer)) break;
+    /* Held sends (holdDeadSends): nothing is sent to a peer known to be gone: the step
+     * waits, and the caller's health check says why (for the arrival layer: a mismatch the
+     * peer failed on, else its exit) instead of the transport's refusal. */
+    if (e->holdDeadSends && !e->tops->live->peerAlive(e->tstate, s->peer)) break;
     papcclResult_t res =
-        e->tops->isend(e->conns[s->peer], s->src, s->bytes, PAP_MEM_HOST, s->tag, &s->req);
-    if (res == papcclRemoteError && !e->tops->peerAlive(e->tstate, s->peer)) {
+        e->tops->msg->isend(e->conns[s->peer], s->src, s->bytes, PAP_MEM_HOST, s->tag, &s->req);
+    if (res == papcclRemoteError && !e->tops->live->peerAlive(e->tstate, s->peer)) {
       s->req = NULL;
-      if (e->callTags) break; /* as above */
+      if (e->holdDeadSends) break; /* as above */
       PAP_WARN("a send to peer %d failed: it is gone", s->peer);
     }
     PAP_CHECK(res);
@@ -366,15 +366,15 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
      * for the caller: stream only large destinations. */
     struct papRecvSink sink = {streamCopySink, s};
     int stream = (s->flags & PAP_STEP_F_FINAL) && s->bytes >= 65536;
-    PAP_CHECK(e->tops->irecv(e->conns[s->peer], s->dst, s->bytes, PAP_MEM_HOST, s->tag,
-                             stream ? &sink : NULL, &s->req));
+    PAP_CHECK(e->tops->msg->irecv(e->conns[s->peer], s->dst, s->bytes, PAP_MEM_HOST, s->tag,
+                                  stream ? &sink : NULL, &s->req));
     if (s->req) s->state = PAP_STEP_POSTED;
     break;
   }
   case PAP_STEP_RECV_REDUCE: {
     struct papRecvSink sink = {reduceSink, s};
-    PAP_CHECK(
-        e->tops->irecv(e->conns[s->peer], s->dst, s->bytes, PAP_MEM_HOST, s->tag, &sink, &s->req));
+    PAP_CHECK(e->tops->msg->irecv(e->conns[s->peer], s->dst, s->bytes, PAP_MEM_HOST, s->tag, &sink,
+                                  &s->req));
     if (s->req) s->state = PAP_STEP_POSTED;
     break;
   }
@@ -402,7 +402,7 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
     /* Release partner: the acquire load of tag in FETCH. */
     __atomic_store_n(&c->tag, s->tag, __ATOMIC_RELEASE);
     for (int p = 0; p < e->nranks; p++)
-      if (p != e->rank) e->tops->notify(e->tstate, p);
+      if (p != e->rank) e->tops->wake->notify(e->tstate, p);
     s->state = PAP_STEP_DONE;
     break;
   }
@@ -419,7 +419,8 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
     else
       memcpy(s->dst, data, s->bytes);
     /* Release: our reads of the slot happen before the owner may overwrite it. */
-    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) e->tops->notify(e->tstate, s->peer);
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0)
+      e->tops->wake->notify(e->tstate, s->peer);
     s->state = PAP_STEP_DONE;
     break;
   }
@@ -446,7 +447,7 @@ papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
   int end = papEngineScanEnd(e);
   /* One pass of the transport's background work for the whole window, not one per request
    * tested: a UCX worker pass polls its sockets with a system call. */
-  if (e->first < end) PAP_CHECK(e->tops->progress(e->tstate));
+  if (e->first < end) PAP_CHECK(e->tops->msg->progress(e->tstate));
   for (int i = e->first; i < end; i++) {
     struct papStep* s = &e->steps[i];
     int wasDone = s->state == PAP_STEP_DONE;
@@ -460,7 +461,7 @@ papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
       if (dev)
         PAP_CHECK(e->dev.ops->test(e->dev.ctx, s, &done));
       else
-        PAP_CHECK(e->tops->test(s->req, &done, NULL));
+        PAP_CHECK(e->tops->msg->test(s->req, &done, NULL));
       if (done) {
         if (dev) {
           s->devReq = NULL;

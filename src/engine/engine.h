@@ -108,12 +108,13 @@ struct papEngine {
   uint32_t* sendN; /* [nranks] messages to each peer in the current op (tags) */
   uint32_t* recvN;
   uint64_t curSeq; /* sequence number of the op being planned */
-  /* Message boards with the mismatch check (docs/PAP-ENGINE.md section 11): callTags is set,
-   * and a hash of every call so far on the comm (this one included) is in bits 16-31 of a
-   * collective's message tags (callTag; the count per peer in bits 0-15), so that once two
-   * ranks' calls differ, their messages never match. */
-  int callTags;
-  uint32_t callTag;
+  /* Set by the layer above (the arrival layer sets them for a message board's mismatch
+   * check, docs/PAP-ENGINE.md section 11). holdDeadSends: a send to a peer known to be gone
+   * waits (its step stays unposted) instead of failing, so that the caller's health check
+   * says why. tagSalt: nonzero, bits 16-31 of the op's message tags (the count per peer in
+   * bits 0-15), so that ops planned with different salts never match. */
+  int holdDeadSends;
+  uint32_t tagSalt;
   int32_t lastPublish; /* during plan building: the previous PUBLISH step (slot order) */
   int stageSlots; /* published-chunk slots in each local rank's staging area (0: none) */
   size_t stageSlotBytes;

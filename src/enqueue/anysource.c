@@ -23,7 +23,7 @@ static int scanPeers(struct papComm* comm) {
   for (int i = 0; i < n; i++) {
     int p = (comm->p2pAnyNext + i) % n;
     if (p == comm->rank || comm->conns[p] == NULL) continue;
-    if (comm->tops->probe(comm->conns[p], nextSendTag(comm, p))) return p;
+    if (comm->tops->msg->probe(comm->conns[p], nextSendTag(comm, p))) return p;
   }
   return -1;
 }
@@ -44,24 +44,24 @@ static papcclResult_t awaitPeer(struct papComm* comm, int* peerOut) {
   w.hint = ": no peer sent to this rank";
   papWaitProgressed(&w, papNowNs());
   for (;;) {
-    PAP_CHECK(comm->tops->progress(comm->tstate));
+    PAP_CHECK(comm->tops->msg->progress(comm->tstate));
     if ((*peerOut = scanPeers(comm)) >= 0) return papcclSuccess;
     uint64_t now = papNowNs();
     if (papWaitHealthDue(&w, now)) PAP_CHECK(papCommCheckDeadPeer(comm));
     PAP_CHECK(papWaitCheck(&w, now));
     if (papWaitSpin(&w, now)) continue;
     /* Sleep on the doorbell a sender rings; the token comes before the last look. */
-    uint32_t tok = comm->tops->waitToken(comm->tstate);
-    PAP_CHECK(comm->tops->progress(comm->tstate));
+    uint32_t tok = comm->tops->wake->waitToken(comm->tstate);
+    PAP_CHECK(comm->tops->msg->progress(comm->tstate));
     if ((*peerOut = scanPeers(comm)) >= 0) return papcclSuccess;
-    comm->tops->wait(comm->tstate, tok, papWaitSlice(&w, now, 100000000));
+    comm->tops->wake->wait(comm->tstate, tok, papWaitSlice(&w, now, 100000000));
     w.spinUntil = papNowNs() + w.spinNs / 4;
   }
 }
 
 papcclResult_t papRecvAnyMatch(struct papComm* comm, const char* fn, int* peerOut) {
   *peerOut = -1;
-  if (comm->tops == NULL || comm->tops->probe == NULL) {
+  if (comm->tops == NULL || !comm->tops->caps.anySource) {
     PAP_WARN("%s: the %s transport cannot receive from any source; name the peer (papcclRecv)", fn,
              comm->tops != NULL ? comm->tops->name : "(none)");
     return papcclInvalidUsage;

@@ -99,8 +99,8 @@ static papcclResult_t buildPlan(struct papComm* comm, struct papOpDesc* ops, int
       if (op->comm != comm) continue;
       int p2p = op->call.coll == PAP_COLL_SEND || op->call.coll == PAP_COLL_RECV;
       if (p2p != pass || isSelfP2p(op) || op->call.count == 0) continue;
-      /* The call in the tags (op->arr.callTag, set by papArrivalBegin on a message board). */
-      e->callTag = p2p ? 0 : op->arr.callTag;
+      /* The tag salt: the call (op->arr.callTag, set by papArrivalBegin on a message board). */
+      e->tagSalt = p2p ? 0 : op->arr.callTag;
       struct papChain* chain = NULL;
       PAP_CHECK(papAlgoPlan(e, &op->call, &chain));
       /* The rest is planned as arrivals come (papArrivalPoll with PAP_POLL_EXTEND). */
@@ -122,12 +122,12 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
     struct papEngine* e = &comm->engine;
     /* A peer that made another call (it may be waiting for us in another plan, or gone). */
     PAP_CHECK(papArrivalPoll(comm, PAP_POLL_MISMATCH, NULL, NULL));
-    PAP_CHECK(comm->tops->progress(comm->tstate));
+    PAP_CHECK(comm->tops->msg->progress(comm->tstate));
     int end = papEngineScanEnd(e);
     for (int i = e->first; i < end; i++) {
       struct papStep* s = &e->steps[i];
       if (s->state == PAP_STEP_DONE || s->peer < 0) continue;
-      if (comm->tops->peerAlive(comm->tstate, s->peer)) continue;
+      if (comm->tops->live->peerAlive(comm->tstate, s->peer)) continue;
       int progressed = 0;
       PAP_CHECK(papEngineProgress(e, &progressed));
       if (progressed) return papcclSuccess;
@@ -225,7 +225,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
     if (papWaitSpin(&w, now)) continue;
     /* Sleep. The token is taken before the last check, so a wakeup cannot be lost. */
     struct papComm* c0 = comms[0];
-    uint32_t tok = c0->tops->waitToken(c0->tstate);
+    uint32_t tok = c0->tops->wake->waitToken(c0->tstate);
     int p = 0;
     for (int c = 0; c < ncomms && !p; c++) {
       if (papEngineDone(&comms[c]->engine)) continue;
@@ -233,7 +233,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
       if (comms[c]->engine.pending) res = papArrivalPoll(comms[c], PAP_POLL_EXTEND, NULL, &p);
       if (res == papcclSuccess && !p) res = papEngineProgress(&comms[c]->engine, &p);
       if (res != papcclSuccess) {
-        c0->tops->wait(c0->tstate, tok, 0);
+        c0->tops->wake->wait(c0->tstate, tok, 0);
         return res;
       }
     }
@@ -242,7 +242,7 @@ static papcclResult_t driveAll(struct papComm** comms, int ncomms, const struct 
     for (int c = 0; c < ncomms; c++)
       if (comms[c]->engine.devPosted > 0 && slice > 20000) slice = 20000;
     if (p) slice = 0;
-    c0->tops->wait(c0->tstate, tok, papWaitSlice(&w, now, slice));
+    c0->tops->wake->wait(c0->tstate, tok, papWaitSlice(&w, now, slice));
     /* A short spin after each wakeup. */
     w.spinUntil = papNowNs() + w.spinNs / 4;
   }
@@ -309,8 +309,8 @@ end:
     for (int c = 0; c < ncomms; c++) {
       if (!driven || !papEngineDone(&comms[c]->engine)) papCommSetError(comms[c], res);
       /* Receives still posted must not land in the caller's buffers after we return. */
-      if (driven && !papEngineDone(&comms[c]->engine) && comms[c]->tops->abandon)
-        comms[c]->tops->abandon(comms[c]->tstate);
+      if (driven && !papEngineDone(&comms[c]->engine) && comms[c]->tops->msg->abandon)
+        comms[c]->tops->msg->abandon(comms[c]->tstate);
       papPlanReset(&comms[c]->engine);
     }
   }

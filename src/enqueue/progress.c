@@ -39,9 +39,9 @@ static void idleDrive(struct papComm* comm, uint32_t tok) {
   } else {
     atomic_store_explicit(&comm->threadPark, PAP_PARK_BACKEND, memory_order_seq_cst);
     if (atomic_load_explicit(&comm->driving, memory_order_seq_cst) == 0) {
-      uint32_t ttok = comm->tops->waitToken(comm->tstate);
+      uint32_t ttok = comm->tops->wake->waitToken(comm->tstate);
       if (atomic_load_explicit(&comm->threadBell, memory_order_acquire) == tok)
-        comm->tops->wait(comm->tstate, ttok, 100000000ll);
+        comm->tops->wake->wait(comm->tstate, ttok, 100000000ll);
     }
   }
   atomic_store_explicit(&comm->threadPark, PAP_PARK_NONE, memory_order_seq_cst);
@@ -89,7 +89,7 @@ void papProgressUserEnter(struct papComm* comm) {
   /* The progress thread may sleep in the backend as its poller: send it out. */
   if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && papCommIdleDriven(comm) &&
       atomic_load_explicit(&comm->threadPark, memory_order_seq_cst) == PAP_PARK_BACKEND)
-    comm->tops->wake(comm->tstate);
+    comm->tops->wake->wake(comm->tstate);
 }
 
 void papProgressUserLeave(struct papComm* comm) {
@@ -137,7 +137,7 @@ papcclResult_t papProgressSubmit(struct papComm* comm, struct papJob* job) {
   atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);
   papFutexWakeAll((uint32_t*)&comm->threadBell);
   if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && papCommIdleDriven(comm))
-    comm->tops->wake(comm->tstate);
+    comm->tops->wake->wake(comm->tstate);
   return papcclInProgress;
 }
 
@@ -149,7 +149,7 @@ void papProgressStop(struct papComm* comm) {
   atomic_fetch_add_explicit(&comm->threadBell, 1, memory_order_release);
   papFutexWakeAll((uint32_t*)&comm->threadBell);
   if (atomic_load_explicit(&comm->transportLive, memory_order_acquire) && papCommIdleDriven(comm))
-    comm->tops->wake(comm->tstate);
+    comm->tops->wake->wake(comm->tstate);
   pthread_join(comm->thread, NULL);
   comm->threadStarted = 0;
   /* Jobs never run (abort): drop them. */

@@ -68,7 +68,7 @@ static void fromLib(const struct papIbHandle* h, struct papTestIbHandle* t) {
 }
 
 size_t papTestIbHandleBytes(void) {
-  return papTransportIb.handleBytes;
+  return papTransportIb.caps.handleBytes;
 }
 
 size_t papTestIbHandleHdrBytes(void) {

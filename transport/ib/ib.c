@@ -35,7 +35,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -192,8 +191,8 @@ static papcclResult_t connUp(struct ibState* st, struct papConn* c, const struct
   PAP_CHECK(qpModify(c, PAP_IB_EV_TO_RTS, &a,
                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
-  PAP_INFO(PAP_LOG_IB, "ib: rank %d connected to rank %d (qp 0x%x -> 0x%x)", st->rank, c->peer,
-           c->qp->qp_num, rqpn);
+  PAP_INFO(PAP_LOG_IB, "ib: rank %d connected to rank %d (qp 0x%x -> 0x%x)", st->base.ctx.rank,
+           c->peer, c->qp->qp_num, rqpn);
   return papcclSuccess;
 }
 
@@ -217,12 +216,8 @@ static papcclResult_t ibInit(const struct papTransportCtx* ctx, void** stateOut)
   }
   struct ibState* st = NULL;
   PAP_CHECK(papCalloc(&st, 1));
-  st->rank = ctx->rank;
-  st->nranks = ctx->nranks;
-  st->boardWords = ctx->boardWords;
-  st->abortFlag = ctx->abortFlag;
-  st->spinNs = ctx->spinNs;
-  st->wakeFd = -1;
+  papTransportBaseInit(&st->base, ctx);
+  st->bell.fd = -1;
   pthread_mutex_init(&st->lock, NULL);
   papcclResult_t res = papcclSuccess;
   PAP_CHECK_GOTO(papIbReadParams(st), res, fail);
@@ -235,26 +230,26 @@ static papcclResult_t ibInit(const struct papTransportCtx* ctx, void** stateOut)
     res = papcclSystemError;
     goto fail;
   }
-  int cqe = st->nranks * (st->nbufs + IB_SQ_EXTRA + st->nrecv) + 16;
+  int cqe = st->base.ctx.nranks * (st->nbufs + IB_SQ_EXTRA + st->nrecv) + 16;
   if ((st->cq = ibv_create_cq(st->ctx, cqe, NULL, st->chan, 0)) == NULL) {
     PAP_WARN("ib: ibv_create_cq of %d entries on %s failed: %s", cqe, dev, strerror(errno));
     res = papcclSystemError;
     goto fail;
   }
   if (setNonBlocking(st->chan->fd) != 0 || setNonBlocking(st->ctx->async_fd) != 0 ||
-      (st->wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+      papDoorbellInit(&st->bell) != 0) {
     PAP_WARN("ib: setting up the event descriptors failed: %s", strerror(errno));
     res = papcclSystemError;
     goto fail;
   }
   PAP_CHECK_GOTO(allocReg(st, 64, IBV_ACCESS_LOCAL_WRITE, (void**)&st->scratch, &st->scratchMr),
                  res, fail);
-  if (st->rank == 0) {
+  if (st->base.ctx.rank == 0) {
     int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                  IBV_ACCESS_REMOTE_ATOMIC;
-    PAP_CHECK_GOTO(
-        allocReg(st, st->boardWords * sizeof(uint64_t), access, (void**)&st->board, &st->boardMr),
-        res, fail);
+    PAP_CHECK_GOTO(allocReg(st, st->base.ctx.boardWords * sizeof(uint64_t), access,
+                            (void**)&st->board, &st->boardMr),
+                   res, fail);
     st->boardAddr = (uintptr_t)st->board;
     st->boardRkey = st->boardMr->rkey;
   }
@@ -263,9 +258,10 @@ static papcclResult_t ibInit(const struct papTransportCtx* ctx, void** stateOut)
                                   (size_t)sysconf(_SC_PAGESIZE)),
                  res, fail);
   st->mrCacheReady = 1;
-  PAP_CHECK_GOTO(papCalloc(&st->conns, (size_t)st->nranks), res, fail);
-  for (int p = 0; p < st->nranks; p++)
-    if (p != st->rank || p == 0) PAP_CHECK_GOTO(connCreate(st, p, &st->conns[p]), res, fail);
+  PAP_CHECK_GOTO(papCalloc(&st->conns, (size_t)st->base.ctx.nranks), res, fail);
+  for (int p = 0; p < st->base.ctx.nranks; p++)
+    if (p != st->base.ctx.rank || p == 0)
+      PAP_CHECK_GOTO(connCreate(st, p, &st->conns[p]), res, fail);
   *stateOut = st;
   return papcclSuccess;
 
@@ -276,15 +272,15 @@ fail:
 
 static void selfHandle(const struct ibState* st, struct papIbHandle* h) {
   memset(h, 0, sizeof(*h));
-  h->rank = st->rank;
-  h->nranks = st->nranks;
+  h->rank = st->base.ctx.rank;
+  h->nranks = st->base.ctx.nranks;
   h->linkLayer = st->linkLayer;
   h->mtu = st->mtu;
   h->lid = st->lid;
   h->port = st->port;
   memcpy(h->gid, st->gid.raw, 16);
-  h->boardAddr = st->rank == 0 ? st->boardAddr : 0;
-  h->boardRkey = st->rank == 0 ? st->boardRkey : 0;
+  h->boardAddr = st->base.ctx.rank == 0 ? st->boardAddr : 0;
+  h->boardRkey = st->base.ctx.rank == 0 ? st->boardRkey : 0;
   h->bufSize = (uint32_t)st->bufSize;
   h->nbufs = (uint32_t)st->nbufs;
 }
@@ -296,8 +292,8 @@ static papcclResult_t ibListen(void* state, void* handleOut) {
     return papcclInvalidArgument;
   }
   uint32_t* qpns = NULL;
-  PAP_CHECK(papCalloc(&qpns, (size_t)st->nranks));
-  for (int p = 0; p < st->nranks; p++)
+  PAP_CHECK(papCalloc(&qpns, (size_t)st->base.ctx.nranks));
+  for (int p = 0; p < st->base.ctx.nranks; p++)
     qpns[p] = st->conns[p] ? st->conns[p]->qp->qp_num : 0;
   struct papIbHandle h;
   selfHandle(st, &h);
@@ -311,8 +307,8 @@ static papcclResult_t ibListen(void* state, void* handleOut) {
 static papcclResult_t ibConnect(void* state, int peer, const void* handle,
                                 struct papConn** connOut) {
   struct ibState* st = (struct ibState*)state;
-  if (st == NULL || handle == NULL || connOut == NULL || peer < 0 || peer >= st->nranks ||
-      peer == st->rank || st->conns[peer] == NULL) {
+  if (st == NULL || handle == NULL || connOut == NULL || peer < 0 || peer >= st->base.ctx.nranks ||
+      peer == st->base.ctx.rank || st->conns[peer] == NULL) {
     PAP_WARN("ib: connect to peer %d: invalid argument", peer);
     return papcclInvalidArgument;
   }
@@ -323,11 +319,12 @@ static papcclResult_t ibConnect(void* state, int peer, const void* handle,
   }
   struct papIbHandle h;
   const char* why = NULL;
-  if (papIbHandleDecode(handle, PAP_IB_HANDLE_BYTES, peer, st->nranks, &h, &why) != papcclSuccess) {
+  if (papIbHandleDecode(handle, PAP_IB_HANDLE_BYTES, peer, st->base.ctx.nranks, &h, &why) !=
+      papcclSuccess) {
     PAP_WARN("ib: the handle of rank %d is corrupt: %s", peer, why);
     return papcclInternalError;
   }
-  uint32_t rqpn = papIbHandleQpn(handle, st->rank);
+  uint32_t rqpn = papIbHandleQpn(handle, st->base.ctx.rank);
   if (rqpn == 0 || h.linkLayer != st->linkLayer) {
     PAP_WARN("ib: rank %d cannot be reached (qp 0x%x, link layer %d here %d)", peer, rqpn,
              h.linkLayer, st->linkLayer);
@@ -355,7 +352,7 @@ static papcclResult_t ibConnect(void* state, int peer, const void* handle,
 static papcclResult_t ibReady(void* state) {
   struct ibState* st = (struct ibState*)state;
   if (st == NULL) return papcclInvalidArgument;
-  if (st->rank != 0 || st->conns[0]->state == PAP_IB_QP_RTS) return papcclSuccess;
+  if (st->base.ctx.rank != 0 || st->conns[0]->state == PAP_IB_QP_RTS) return papcclSuccess;
   struct papIbHandle h;
   selfHandle(st, &h);
   pthread_mutex_lock(&st->lock);
@@ -477,7 +474,7 @@ static papcclResult_t ibProgress(void* state) {
 
 static int ibPeerAlive(void* state, int peer) {
   struct ibState* st = (struct ibState*)state;
-  if (st == NULL || peer < 0 || peer >= st->nranks || st->conns[peer] == NULL) return 1;
+  if (st == NULL || peer < 0 || peer >= st->base.ctx.nranks || st->conns[peer] == NULL) return 1;
   pthread_mutex_lock(&st->lock);
   papIbDrainAsync(st);
   papIbPollCq(st);
@@ -504,7 +501,7 @@ static int ibDeadPeer(void* state) {
   papIbDrainAsync(st);
   papIbPollCq(st);
   uint64_t now = papNowNs();
-  for (int p = 0; p < st->nranks && dead < 0; p++) {
+  for (int p = 0; p < st->base.ctx.nranks && dead < 0; p++) {
     struct papConn* c = st->conns[p];
     if (c == NULL || atomic_load_explicit(&c->departed, memory_order_acquire)) continue;
     if (c->dead) {
@@ -523,7 +520,7 @@ static void ibDepart(void* state) {
   struct ibState* st = (struct ibState*)state;
   if (st == NULL) return;
   pthread_mutex_lock(&st->lock);
-  for (int p = 0; p < st->nranks; p++) {
+  for (int p = 0; p < st->base.ctx.nranks; p++) {
     struct papConn* c = st->conns[p];
     if (c != NULL && !c->dead && c->state == PAP_IB_QP_RTS) papIbSendDepart(c);
   }
@@ -533,31 +530,21 @@ static void ibDepart(void* state) {
 
 static uint32_t ibWaitToken(void* state) {
   struct ibState* st = (struct ibState*)state;
-  return atomic_load_explicit(&st->bell, memory_order_acquire);
+  return papDoorbellToken(&st->bell);
 }
 
 static void ibWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct ibState* st = (struct ibState*)state;
   pthread_mutex_lock(&st->lock);
   papIbPollCq(st);
-  if (timeoutNs > 0 && !papAborted(st->abortFlag) &&
-      atomic_load_explicit(&st->bell, memory_order_acquire) == token)
+  if (timeoutNs > 0 && !papAborted(st->base.ctx.abortFlag) && papDoorbellToken(&st->bell) == token)
     papIbSleepLocked(st, token, timeoutNs);
   pthread_mutex_unlock(&st->lock);
 }
 
 static void ibWake(void* state) {
   struct ibState* st = (struct ibState*)state;
-  atomic_fetch_add_explicit(&st->bell, 1, memory_order_seq_cst);
-  uint64_t one = 1;
-  ssize_t n = write(st->wakeFd, &one, sizeof(one));
-  (void)n;
-}
-
-static void* ibStaging(void* state, int r, size_t* sizeOut) {
-  (void)state, (void)r;
-  if (sizeOut) *sizeOut = 0;
-  return NULL; /* no direct access to peers' memory */
+  papDoorbellWake(&st->bell);
 }
 
 static papcclResult_t ibBoardAtomic(void* state, size_t idx, int op, uint64_t val, uint64_t cmp,
@@ -572,8 +559,8 @@ static papcclResult_t ibBoardAtomic(void* state, size_t idx, int op, uint64_t va
 
 static void ibNotify(void* state, int peer) {
   struct ibState* st = (struct ibState*)state;
-  if (st == NULL || peer < 0 || peer >= st->nranks) return;
-  if (peer == st->rank) {
+  if (st == NULL || peer < 0 || peer >= st->base.ctx.nranks) return;
+  if (peer == st->base.ctx.rank) {
     ibWake(state);
     return;
   }
@@ -600,14 +587,14 @@ static void drainSends(struct ibState* st) {
   uint64_t deadline = papNowNs() + limit * 1000000000ull;
   pthread_mutex_lock(&st->lock);
   for (;;) {
-    uint32_t tok = atomic_load_explicit(&st->bell, memory_order_acquire);
+    uint32_t tok = papDoorbellToken(&st->bell);
     papIbPollCq(st);
     int busy = 0;
-    for (int p = 0; p < st->nranks && !busy; p++) {
+    for (int p = 0; p < st->base.ctx.nranks && !busy; p++) {
       struct papConn* c = st->conns[p];
       busy = c && !c->dead && (c->sendHead != c->sendTail || c->writes > 0);
     }
-    if (!busy || papAborted(st->abortFlag) || papNowNs() > deadline) break;
+    if (!busy || papAborted(st->base.ctx.abortFlag) || papNowNs() > deadline) break;
     papIbSleepLocked(st, tok, 1000000);
   }
   pthread_mutex_unlock(&st->lock);
@@ -618,7 +605,7 @@ static void ibFinalize(void* state) {
   if (st == NULL) return;
   if (st->conns && st->cq) drainSends(st);
   if (st->conns) { /* QPs go first: nothing completes into freed memory */
-    for (int p = 0; p < st->nranks; p++)
+    for (int p = 0; p < st->base.ctx.nranks; p++)
       if (st->conns[p]) connDestroy(st->conns[p]);
     free(st->conns);
   }
@@ -637,7 +624,7 @@ static void ibFinalize(void* state) {
   if (st->chan) ibv_destroy_comp_channel(st->chan);
   if (st->pd) ibv_dealloc_pd(st->pd);
   if (st->ctx) ibv_close_device(st->ctx);
-  if (st->wakeFd >= 0) close(st->wakeFd);
+  papDoorbellFree(&st->bell);
   while (st->allReqs) {
     struct papReq* r = st->allReqs;
     st->allReqs = r->allNext;
@@ -652,29 +639,44 @@ static int ibCanConnect(const struct papTransportCtx* ctx, int peer) {
   return 1; /* the fabric reaches any peer; init finds out whether a device exists */
 }
 
+static const struct papMsgOps ibMsg = {
+    .isend = ibIsend,
+    .irecv = ibIrecv,
+    .test = ibTest,
+    .progress = ibProgress,
+};
+static const struct papWakeOps ibWakeOps = {
+    .waitToken = ibWaitToken,
+    .wait = ibWait,
+    .wake = ibWake,
+    .notify = ibNotify,
+};
+static const struct papLiveOps ibLive = {
+    .peerAlive = ibPeerAlive,
+    .deadPeer = ibDeadPeer,
+    .depart = ibDepart,
+};
+static const struct papBoardOps ibBoard = {
+    .atomic = ibBoardAtomic,
+};
+
 const struct papTransportOps papTransportIb = {
     .name = "ib",
-    .remoteBoard = 1,
-    .idleProgress = 0, /* the HCA serves the board's atomics by itself */
-    .handleBytes = PAP_IB_HANDLE_BYTES,
+    .caps =
+        {
+            .idleProgress = 0, /* the HCA serves the board's atomics by itself */
+            .remoteBoard = 1,
+            .handleBytes = PAP_IB_HANDLE_BYTES,
+        },
+    .msg = &ibMsg,
+    .wake = &ibWakeOps,
+    .live = &ibLive,
+    .board = &ibBoard,
     .canConnect = ibCanConnect,
     .init = ibInit,
     .listen = ibListen,
     .connect = ibConnect,
     .ready = ibReady,
-    .isend = ibIsend,
-    .irecv = ibIrecv,
-    .test = ibTest,
-    .progress = ibProgress,
-    .peerAlive = ibPeerAlive,
-    .deadPeer = ibDeadPeer,
-    .depart = ibDepart,
-    .waitToken = ibWaitToken,
-    .wait = ibWait,
-    .wake = ibWake,
-    .staging = ibStaging,
-    .boardAtomic = ibBoardAtomic,
-    .notify = ibNotify,
     .close = ibClose,
     .finalize = ibFinalize,
 };

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "doorbell.h"
 #include "ib/ib_handle.h"
 #include "ib/ib_mrcache.h"
 #include "ib/ib_rules.h"
@@ -101,11 +102,7 @@ struct papConn {
 };
 
 struct ibState {
-  int rank;
-  int nranks;
-  size_t boardWords; /* the arrival board's size (rank 0 holds it) */
-  const volatile int* abortFlag;
-  int64_t spinNs; /* a wait may poll this long before it sleeps (0: the CPUs are shared) */
+  struct papTransportBase base; /* first: the context (rank, nranks, board size, abort, spin) */
   pthread_mutex_t lock;
   int nbufs, nrecv;
   size_t bufSize, rdmaMin, maxMsg;
@@ -119,9 +116,7 @@ struct ibState {
   int gidIndex;
   union ibv_gid gid;
   int timeout;
-  int wakeFd;
-  _Atomic uint32_t bell;
-  _Atomic int sleepers;
+  struct papDoorbell bell; /* wake.wait sleeps on its eventfd next to the channel's fd */
   struct papConn** conns; /* owned [nranks]; on rank 0, conns[0] is the board's loopback */
   struct papIbMrCache mrCache;
   int mrCacheReady;

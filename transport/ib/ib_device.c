@@ -101,17 +101,17 @@ papcclResult_t papIbOpenDevice(struct ibState* st) {
     PAP_WARN("ib: %s port %d has no GID at index %d", dev, st->port, st->gidIndex);
     return papcclSystemError;
   }
-  size_t cqe = (size_t)(st->nranks) * (size_t)(st->nbufs + IB_SQ_EXTRA + st->nrecv) + 16;
+  size_t cqe = (size_t)(st->base.ctx.nranks) * (size_t)(st->nbufs + IB_SQ_EXTRA + st->nrecv) + 16;
   if (cqe > (size_t)da.max_cqe || st->nbufs + IB_SQ_EXTRA > da.max_qp_wr) {
     PAP_WARN(
         "ib: %d peers with %d buffers each exceed %s's queues (%d CQ entries, %d WRs); "
         "lower PAPCCL_IB_NBUFS",
-        st->nranks - 1, st->nbufs, dev, da.max_cqe, da.max_qp_wr);
+        st->base.ctx.nranks - 1, st->nbufs, dev, da.max_cqe, da.max_qp_wr);
     return papcclInvalidUsage;
   }
   PAP_INFO(PAP_LOG_IB | PAP_LOG_INIT, "ib: rank %d uses %s port %d (%s, lid 0x%x, gid index %d)",
-           st->rank, dev, st->port, st->linkLayer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB",
-           st->lid, st->gidIndex);
+           st->base.ctx.rank, dev, st->port,
+           st->linkLayer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", st->lid, st->gidIndex);
   return papcclSuccess;
 }
 

@@ -33,15 +33,6 @@
 #include "param.h"
 #include "socket.h"
 
-static void ring(struct ibState* st) {
-  atomic_fetch_add_explicit(&st->bell, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&st->sleepers, memory_order_seq_cst) > 0) {
-    uint64_t one = 1;
-    ssize_t n = write(st->wakeFd, &one, sizeof(one));
-    (void)n;
-  }
-}
-
 static void reqDropMr(struct papReq* r) {
   if (r->mr && r->pendingWr == 0) papIbMrCachePut(&r->st->mrCache, r->mr);
   if (r->pendingWr == 0) r->mr = NULL;
@@ -97,7 +88,7 @@ int papIbConnFail(struct papConn* c, papcclResult_t err) {
   }
   matchRecv(c);
   n += failRecvs(c);
-  ring(c->st);
+  papDoorbellRing(&c->st->bell);
   return n;
 }
 
@@ -400,7 +391,7 @@ static void handleWc(struct ibState* st, const struct ibv_wc* wc) {
   int kind = (int)(wc->wr_id >> 56);
   int peer = (int)((wc->wr_id >> 32) & 0xffffff);
   uint32_t aux = (uint32_t)wc->wr_id;
-  struct papConn* c = peer < st->nranks ? st->conns[peer] : NULL;
+  struct papConn* c = peer < st->base.ctx.nranks ? st->conns[peer] : NULL;
   if (c == NULL) return;
   if (kind == WR_DATA) {
     c->sendTail++;
@@ -451,7 +442,7 @@ int papIbPollCq(struct ibState* st) {
     total += n;
   }
   if (n < 0) PAP_WARN("ib: ibv_poll_cq failed");
-  if (total) ring(st);
+  if (total) papDoorbellRing(&st->bell);
   return total;
 }
 
@@ -480,7 +471,7 @@ void papIbDrainAsync(struct ibState* st) {
       }
     } else if (t == IBV_EVENT_DEVICE_FATAL) {
       PAP_WARN("ib: device %s: %s", ibv_get_device_name(st->ctx->device), ibv_event_type_str(t));
-      for (int p = 0; p < st->nranks; p++)
+      for (int p = 0; p < st->base.ctx.nranks; p++)
         if (st->conns[p]) papIbConnFail(st->conns[p], papcclSystemError);
     } else {
       PAP_INFO(PAP_LOG_IB, "ib: async event: %s", ibv_event_type_str(t));
@@ -495,18 +486,11 @@ void papIbSleepLocked(struct ibState* st, uint32_t token, int64_t timeoutNs) {
   if (ibv_req_notify_cq(st->cq, 0) != 0 || papIbPollCq(st) > 0) return; /* raced the arm: look */
   pthread_mutex_unlock(&st->lock);
   struct pollfd fds[3] = {
-      {st->chan->fd, POLLIN, 0}, {st->wakeFd, POLLIN, 0}, {st->ctx->async_fd, POLLIN, 0}};
+      {st->chan->fd, POLLIN, 0}, {st->bell.fd, POLLIN, 0}, {st->ctx->async_fd, POLLIN, 0}};
   int64_t ms = (timeoutNs + 999999) / 1000000;
-  atomic_fetch_add_explicit(&st->sleepers, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&st->bell, memory_order_seq_cst) == token)
-    poll(fds, 3, ms > 1000000 ? 1000000 : (int)ms);
-  /* The eventfd stays readable until the last sleeper leaves, so every sleeper sees a ring;
-   * the last one resets it. */
-  if (atomic_fetch_sub_explicit(&st->sleepers, 1, memory_order_seq_cst) == 1) {
-    uint64_t v;
-    ssize_t n = read(st->wakeFd, &v, sizeof(v));
-    (void)n;
-  }
+  papDoorbellSleepEnter(&st->bell);
+  if (papDoorbellUnchanged(&st->bell, token)) poll(fds, 3, ms > 1000000 ? 1000000 : (int)ms);
+  papDoorbellSleepLeave(&st->bell);
   pthread_mutex_lock(&st->lock);
   drainCqEvents(st);
   papIbDrainAsync(st);
@@ -530,11 +514,11 @@ static papcclResult_t atomicOp(struct ibState* st, struct papConn* c, enum ibv_w
   st->atomicDone = 0;
   PAP_CHECK(postSend(c, &wr));
   struct papWait w;
-  papWaitInit(&w, "ib: an arrival board atomic", st->abortFlag, 1,
-              st->spinNs > 0 ? (uint64_t)st->spinNs : 0, 0);
+  papWaitInit(&w, "ib: an arrival board atomic", st->base.ctx.abortFlag, 1,
+              st->base.ctx.spinNs > 0 ? (uint64_t)st->base.ctx.spinNs : 0, 0);
   w.abortRes = papcclRemoteError;
   while (st->atomicDone == 0) {
-    uint32_t tok = atomic_load_explicit(&st->bell, memory_order_acquire);
+    uint32_t tok = papDoorbellToken(&st->bell);
     if (papIbPollCq(st) > 0) continue;
     uint64_t now = papNowNs();
     PAP_CHECK(papWaitCheck(&w, now));
@@ -558,7 +542,8 @@ papcclResult_t papIbBoardAtomicLocked(struct ibState* st, size_t idx, int op, ui
     PAP_WARN("ib: rank 0, which holds the arrival board, is unreachable");
     return papcclRemoteError;
   }
-  if (c == NULL || c->state != PAP_IB_QP_RTS || st->boardAddr == 0 || idx >= st->boardWords) {
+  if (c == NULL || c->state != PAP_IB_QP_RTS || st->boardAddr == 0 ||
+      idx >= st->base.ctx.boardWords) {
     PAP_WARN("ib: arrival board word %zu is out of reach", idx);
     return papcclInternalError;
   }

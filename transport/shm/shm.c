@@ -26,18 +26,18 @@ static size_t alignUp(size_t v, size_t a) {
 
 static size_t segBytes(const struct shmState* st) {
   size_t b = sizeof(struct shmHeader) + sizeof(struct shmBoard);
-  b += (size_t)st->nranks * sizeof(struct shmFifo);
-  b = alignUp(b + (size_t)st->nranks * st->nslots * sizeof(struct shmMeta), 64);
-  b = alignUp(b + st->boardWords * sizeof(uint64_t), 64);
-  b = alignUp(b + st->flatBytes, 4096);
-  b += (size_t)st->nranks * st->nslots * st->slotSize;
+  b += (size_t)st->base.ctx.nranks * sizeof(struct shmFifo);
+  b = alignUp(b + (size_t)st->base.ctx.nranks * st->nslots * sizeof(struct shmMeta), 64);
+  b = alignUp(b + st->base.ctx.boardWords * sizeof(uint64_t), 64);
+  b = alignUp(b + st->base.ctx.flatBytes, 4096);
+  b += (size_t)st->base.ctx.nranks * st->nslots * st->slotSize;
   b = alignUp(b, 4096) + alignUp(st->stagingSize, 4096);
   return b;
 }
 
 /* Every segment of the comm has the same layout (the same settings on every rank). */
 static void segLayout(struct shmSeg* s, const struct shmState* st) {
-  int nranks = st->nranks;
+  int nranks = st->base.ctx.nranks;
   uint32_t nslots = st->nslots;
   char* p = (char*)s->base;
   s->hdr = (struct shmHeader*)p;
@@ -46,9 +46,9 @@ static void segLayout(struct shmSeg* s, const struct shmState* st) {
   s->metas = (struct shmMeta*)(s->fifos + nranks);
   size_t off = alignUp((size_t)((char*)(s->metas + (size_t)nranks * nslots) - p), 64);
   s->pap = (_Atomic uint64_t*)(p + off);
-  off = alignUp(off + st->boardWords * sizeof(uint64_t), 64);
+  off = alignUp(off + st->base.ctx.boardWords * sizeof(uint64_t), 64);
   s->flat = p + off;
-  off = alignUp(off + st->flatBytes, 4096);
+  off = alignUp(off + st->base.ctx.flatBytes, 4096);
   s->data = p + off;
   off = alignUp(off + (size_t)nranks * nslots * st->slotSize, 4096);
   s->staging = p + off;
@@ -70,13 +70,8 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   struct shmState* st = NULL;
   int fd = -1;
   PAP_CHECK(papCalloc(&st, 1));
-  st->rank = ctx->rank;
-  st->nranks = ctx->nranks;
-  st->boardWords = ctx->boardWords;
-  st->flatBytes = ctx->flatBytes;
-  st->abortFlag = ctx->abortFlag;
+  papTransportBaseInit(&st->base, ctx);
   st->selfFd = -1;
-  memcpy(st->key, ctx->key, 16);
   for (int r = 0; r < ctx->nranks; r++)
     if (ctx->hostIds[r] == ctx->hostIds[ctx->rank]) st->nlocal++;
   int64_t slot = papParamShmSlotSize();
@@ -102,7 +97,7 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   for (int r = 0; r < ctx->nranks; r++)
     st->peerFds[r] = -1;
 
-  segName(st->name, sizeof(st->name), st->key, st->rank);
+  segName(st->name, sizeof(st->name), st->base.key, st->base.ctx.rank);
   size_t bytes = segBytes(st);
   fd = shm_open(st->name, O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
@@ -135,12 +130,12 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   segLayout(&st->self, st);
   struct shmHeader* h = st->self.hdr;
   h->version = SHM_VERSION;
-  h->nranks = (uint32_t)st->nranks;
+  h->nranks = (uint32_t)st->base.ctx.nranks;
   h->slotSize = st->slotSize;
   h->nslots = st->nslots;
   h->stagingSize = st->stagingSize;
   h->totalBytes = bytes;
-  h->ownerRank = st->rank;
+  h->ownerRank = st->base.ctx.rank;
   atomic_store_explicit(&h->mapped, 0, memory_order_relaxed);
   atomic_store_explicit(&h->departed, 0, memory_order_relaxed);
   atomic_store_explicit(&h->lifeLock, (uint32_t)locked, memory_order_relaxed);
@@ -151,7 +146,7 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
     st->unlinked = 1;
   }
   PAP_INFO(PAP_LOG_SHM, "rank %d shm segment %s: %zu bytes, %u slots of %u bytes per peer",
-           st->rank, st->name, bytes, st->nslots, st->slotSize);
+           st->base.ctx.rank, st->name, bytes, st->nslots, st->slotSize);
   *stateOut = st;
   return papcclSuccess;
 
@@ -198,7 +193,7 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
   papcclResult_t res = papcclSuccess;
   struct papConn* c = NULL;
   *connOut = NULL;
-  if (peer < 0 || peer >= st->nranks || peer == st->rank) {
+  if (peer < 0 || peer >= st->base.ctx.nranks || peer == st->base.ctx.rank) {
     PAP_WARN("shm connect: invalid peer %d", peer);
     return papcclInternalError;
   }
@@ -238,7 +233,7 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
   c->peerSeg.bytes = bytes;
   segLayout(&c->peerSeg, st);
   struct shmHeader* h = c->peerSeg.hdr;
-  if (papShmCheckHeader(h, st->nranks, peer) != 0) {
+  if (papShmCheckHeader(h, st->base.ctx.nranks, peer) != 0) {
     PAP_WARN("peer %d segment %s is not a papccl segment of this communicator", peer, c->name);
     close(fd);
     res = papcclInternalError;
@@ -251,9 +246,9 @@ static papcclResult_t shmConnect(void* state, int peer, const void* handle,
   uint32_t n = atomic_fetch_add_explicit(&h->mapped, 1, memory_order_acq_rel) + 1;
   if ((int)n == st->nlocal - 1) shm_unlink(c->name);
 
-  c->outFifo = &c->peerSeg.fifos[st->rank];
-  c->outMeta = c->peerSeg.metas + (size_t)st->rank * st->nslots;
-  c->outData = c->peerSeg.data + (size_t)st->rank * st->nslots * st->slotSize;
+  c->outFifo = &c->peerSeg.fifos[st->base.ctx.rank];
+  c->outMeta = c->peerSeg.metas + (size_t)st->base.ctx.rank * st->nslots;
+  c->outData = c->peerSeg.data + (size_t)st->base.ctx.rank * st->nslots * st->slotSize;
   c->inFifo = &st->self.fifos[peer];
   c->inMeta = st->self.metas + (size_t)peer * st->nslots;
   c->inData = st->self.data + (size_t)peer * st->nslots * st->slotSize;
@@ -300,7 +295,7 @@ static uint32_t shmWaitToken(void* state) {
 static void shmWait(void* state, uint32_t token, int64_t timeoutNs) {
   struct shmState* st = (struct shmState*)state;
   struct shmBoard* b = st->self.board;
-  if (timeoutNs > 0 && !papAborted(st->abortFlag))
+  if (timeoutNs > 0 && !papAborted(st->base.ctx.abortFlag))
     papFutexWait((uint32_t*)&b->bell, token, timeoutNs);
   atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
 }
@@ -314,8 +309,8 @@ static void shmWake(void* state) {
 static void* shmStaging(void* state, int r, size_t* sizeOut) {
   struct shmState* st = (struct shmState*)state;
   if (sizeOut) *sizeOut = st->stagingSize;
-  if (r == st->rank) return st->self.staging;
-  if (r < 0 || r >= st->nranks || st->conns[r] == NULL) return NULL;
+  if (r == st->base.ctx.rank) return st->self.staging;
+  if (r < 0 || r >= st->base.ctx.nranks || st->conns[r] == NULL) return NULL;
   return st->conns[r]->peerSeg.staging;
 }
 
@@ -323,8 +318,10 @@ static void* shmStaging(void* state, int r, size_t* sizeOut) {
 static papcclResult_t shmBoardAtomic(void* state, size_t idx, int op, uint64_t val, uint64_t cmp,
                                      uint64_t* oldOut) {
   struct shmState* st = (struct shmState*)state;
-  struct shmSeg* seg = st->rank == 0 ? &st->self : st->conns[0] ? &st->conns[0]->peerSeg : NULL;
-  if (seg == NULL || idx >= st->boardWords) {
+  struct shmSeg* seg = st->base.ctx.rank == 0 ? &st->self
+                       : st->conns[0]         ? &st->conns[0]->peerSeg
+                                              : NULL;
+  if (seg == NULL || idx >= st->base.ctx.boardWords) {
     PAP_WARN("shm: arrival board word %zu is out of reach (rank 0 %s)", idx,
              seg ? "mapped" : "not mapped");
     return papcclInternalError;
@@ -358,18 +355,18 @@ static papcclResult_t shmBoardAtomic(void* state, size_t idx, int op, uint64_t v
 
 static void* shmFlat(void* state, int r) {
   struct shmState* st = (struct shmState*)state;
-  if (st->flatBytes == 0 || r < 0 || r >= st->nranks) return NULL;
-  if (r == st->rank) return st->self.flat;
+  if (st->base.ctx.flatBytes == 0 || r < 0 || r >= st->base.ctx.nranks) return NULL;
+  if (r == st->base.ctx.rank) return st->self.flat;
   return st->conns[r] ? st->conns[r]->peerSeg.flat : NULL;
 }
 
 static void shmNotify(void* state, int peer) {
   struct shmState* st = (struct shmState*)state;
-  if (peer == st->rank) {
+  if (peer == st->base.ctx.rank) {
     shmWake(state);
     return;
   }
-  if (peer < 0 || peer >= st->nranks || st->conns[peer] == NULL) return;
+  if (peer < 0 || peer >= st->base.ctx.nranks || st->conns[peer] == NULL) return;
   ringBoard(st->conns[peer]->peerSeg.board);
 }
 
@@ -378,8 +375,8 @@ static void shmNotifyAll(void* state) {
 #ifndef SHM_TSAN
   atomic_thread_fence(memory_order_seq_cst); /* as ringBoard's, once for all the peers */
 #endif
-  for (int p = 0; p < st->nranks; p++) {
-    if (p == st->rank || st->conns[p] == NULL) continue;
+  for (int p = 0; p < st->base.ctx.nranks; p++) {
+    if (p == st->base.ctx.rank || st->conns[p] == NULL) continue;
     struct shmBoard* b = st->conns[p]->peerSeg.board;
 #ifdef SHM_TSAN
     if (atomic_fetch_add_explicit(&b->sleepers, 0, memory_order_seq_cst) == 0) continue;
@@ -404,7 +401,7 @@ static void shmClose(struct papConn* c) {
 static void shmFinalize(void* state) {
   struct shmState* st = (struct shmState*)state;
   if (st == NULL) return;
-  for (int p = 0; p < st->nranks; p++)
+  for (int p = 0; p < st->base.ctx.nranks; p++)
     shmClose(st->conns[p]);
   if (!st->unlinked) shm_unlink(st->name);
   /* The comm ends (destroy or abort): peers must not take the released lock for a death. */
@@ -416,29 +413,46 @@ static void shmFinalize(void* state) {
   free(st);
 }
 
-const struct papTransportOps papTransportShm = {
-    .name = "shm",
-    .canConnect = shmCanConnect,
-    .init = shmInit,
-    .listen = shmListen,
-    .connect = shmConnect,
-    .ready = shmReady,
+static const struct papMsgOps shmMsg = {
     .isend = papShmIsend,
     .irecv = papShmIrecv,
     .probe = papShmProbe,
     .test = papShmTest,
     .progress = shmProgress,
-    .peerAlive = papShmPeerAlive,
-    .deadPeer = papShmDeadPeer,
-    .depart = papShmDepart,
+};
+static const struct papWakeOps shmWakeOps = {
     .waitToken = shmWaitToken,
     .wait = shmWait,
     .wake = shmWake,
-    .staging = shmStaging,
-    .boardAtomic = shmBoardAtomic,
-    .flat = shmFlat,
     .notify = shmNotify,
+};
+static const struct papLiveOps shmLive = {
+    .peerAlive = papShmPeerAlive,
+    .deadPeer = papShmDeadPeer,
+    .depart = papShmDepart,
+};
+static const struct papBoardOps shmBoard = {
+    .atomic = shmBoardAtomic,
+};
+static const struct papLocalOps shmLocal = {
+    .staging = shmStaging,
+    .flat = shmFlat,
     .notifyAll = shmNotifyAll,
+};
+
+const struct papTransportOps papTransportShm = {
+    .name = "shm",
+    .caps = {.anySource = 1},
+    .msg = &shmMsg,
+    .wake = &shmWakeOps,
+    .live = &shmLive,
+    .board = &shmBoard,
+    .local = &shmLocal,
+    .canConnect = shmCanConnect,
+    .init = shmInit,
+    .listen = shmListen,
+    .connect = shmConnect,
+    .ready = shmReady,
     .close = shmClose,
     .finalize = shmFinalize,
 };

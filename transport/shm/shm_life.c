@@ -98,7 +98,7 @@ void papShmLifeRelease(struct shmState* st) {
 
 void papShmClosePeerFds(struct shmState* st) {
   if (st->peerFds == NULL) return;
-  for (int r = 0; r < st->nranks; r++)
+  for (int r = 0; r < st->base.ctx.nranks; r++)
     if (st->peerFds[r] >= 0) close(st->peerFds[r]);
   free(st->peerFds);
   st->peerFds = NULL;
@@ -108,7 +108,7 @@ void papShmClosePeerFds(struct shmState* st) {
  * good order; its lock let go without that means its process is gone (see papShmLifeHold). */
 int papShmPeerAlive(void* state, int peer) {
   struct shmState* st = (struct shmState*)state;
-  if (peer < 0 || peer >= st->nranks || peer == st->rank) return 1;
+  if (peer < 0 || peer >= st->base.ctx.nranks || peer == st->base.ctx.rank) return 1;
   struct papConn* c = st->conns[peer];
   if (c == NULL || c->peerSeg.hdr == NULL || st->peerFds[peer] < 0) return 1;
   struct shmHeader* h = c->peerSeg.hdr;
@@ -126,8 +126,8 @@ int papShmPeerAlive(void* state, int peer) {
  * the dead one, or fail and leave). */
 int papShmDeadPeer(void* state) {
   struct shmState* st = (struct shmState*)state;
-  for (int p = 0; p < st->nranks; p++)
-    if (p != st->rank && !papShmPeerAlive(state, p)) return p;
+  for (int p = 0; p < st->base.ctx.nranks; p++)
+    if (p != st->base.ctx.rank && !papShmPeerAlive(state, p)) return p;
   return -1;
 }
 

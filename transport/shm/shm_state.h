@@ -114,12 +114,8 @@ struct papConn {
 };
 
 struct shmState {
-  int rank;
-  int nranks;
-  size_t boardWords; /* the arrival board's size (rank 0's segment holds it) */
-  size_t flatBytes;
+  struct papTransportBase base; /* first: the context (the board's and flat area's sizes...) */
   int nlocal;
-  unsigned char key[16];
   uint32_t slotSize;
   uint32_t nslots;
   size_t stagingSize;
@@ -133,7 +129,6 @@ struct shmState {
   struct shmState* lifeNext; /* in lifeList: the locks a forked child must let go of */
   struct shmState* lifePrev;
   struct papConn** conns; /* [nranks] */
-  const volatile int* abortFlag;
 };
 
 /* ThreadSanitizer does not model fences (GCC warns, -Wtsan). There the waker reads sleepers
