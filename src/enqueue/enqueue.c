@@ -133,8 +133,12 @@ static papcclResult_t checkPeers(struct papComm** comms, int ncomms) {
       if (progressed) return papcclSuccess;
       /* a peer that failed on a mismatch */
       PAP_CHECK(papArrivalPoll(comm, PAP_POLL_EXPLAIN, NULL, NULL));
-      PAP_WARN("peer %d (%s) exited while rank %d waits for it", s->peer,
-               papCommPidText(comm, s->peer).s, comm->rank);
+      /* The peer may only have ended its comm after failing on a rank that died: name the
+       * dead one (deadPeer names a dead process before a failed peer). */
+      int gone = papCommDeadPeer(comm);
+      if (gone < 0) gone = s->peer;
+      PAP_WARN("peer %d (%s) exited while rank %d waits for it", gone, papCommPidText(comm, gone).s,
+               comm->rank);
       return papcclRemoteError;
     }
     if (papCommDeadPeer(comm) >= 0) {

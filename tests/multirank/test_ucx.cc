@@ -500,9 +500,10 @@ void DeadPeerFailsCleanly(const std::vector<int>& hostOf, int dead, bool strict)
         if (strict) {
           ExpectDeadRankSeen(r, end - std::max(t0, death.Get()), why, dead,
                              "rank " + std::to_string(rk.rank));
-        } else {
+        } else {  // held to the bound, not to naming the dead rank (see the test's comment)
           EXPECT_NE(papcclSuccess, r);
-          EXPECT_LT(end - t0, 60.0) << "the failure took longer than the timeout allows";
+          EXPECT_LT(end - std::max(t0, death.Get()), kDeadRankBoundS)
+              << "rank " << rk.rank << " saw the failure only after " << end - t0 << " s";
         }
         // Rank 0 holds the arrival board: it stays a moment so that the other survivors
         // fail on the dead peer, not on a vanished board.
@@ -521,10 +522,11 @@ TEST_F(Ucx, DeadPeerFailsCleanly) {
 }
 
 // The same in a hierarchy (two hosts of two ranks): the dead rank's host mate fails in the
-// local step, the leaders in the network step, the other rank in the local broadcast. Not
-// held to the README's bound yet: the other rank (1) learns only at PAPCCL_TIMEOUT_S (its
-// host's comm does not hold the dead rank, and its leader's abort reads as a departure), and
-// the WARNs name ranks of the internal per-host and leader comms (docs/FAULTS.md).
+// local step, the leaders in the network step, the other rank (1) in the local broadcast,
+// when its leader aborts (an aborted comm is no departure in good order: it failed at
+// PAPCCL_TIMEOUT_S when shm's finalize marked every end as one). Every survivor within the
+// bound; the WARNs still name ranks of the internal per-host and leader comms, so the dead
+// rank's name is not checked (docs/FAULTS.md).
 TEST_F(Ucx, DeadPeerInHierarchyFailsCleanly) {
   DeadPeerFailsCleanly({0, 0, 1, 1}, 3, false);
 }

@@ -404,8 +404,12 @@ static void shmFinalize(void* state) {
   for (int p = 0; p < st->base.ctx.nranks; p++)
     shmClose(st->conns[p]);
   if (!st->unlinked) shm_unlink(st->name);
-  /* The comm ends (destroy or abort): peers must not take the released lock for a death. */
-  atomic_store_explicit(&st->self.hdr->departed, 1, memory_order_release);
+  /* A comm that did not leave in good order (live->depart, at the destroy of a healthy comm)
+   * ends as failed: peers still waiting on this rank fail at once instead of at their
+   * timeout, and do not take it for a death of its own (papShmDeadPeer). */
+  uint32_t notYet = PAP_SHM_LEFT_NOT;
+  atomic_compare_exchange_strong_explicit(&st->self.hdr->departed, &notYet, PAP_SHM_LEFT_FAILED,
+                                          memory_order_acq_rel, memory_order_acquire);
   papShmLifeRelease(st);
   munmap(st->self.base, st->self.bytes);
   papShmClosePeerFds(st);

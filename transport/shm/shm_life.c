@@ -104,34 +104,54 @@ void papShmClosePeerFds(struct shmState* st) {
   st->peerFds = NULL;
 }
 
-/* A peer whose segment is mapped is alive while its life lock is held or while it has left in
- * good order; its lock let go without that means its process is gone (see papShmLifeHold). */
-int papShmPeerAlive(void* state, int peer) {
-  struct shmState* st = (struct shmState*)state;
-  if (peer < 0 || peer >= st->base.ctx.nranks || peer == st->base.ctx.rank) return 1;
+/* How a peer stands: alive while its life lock is held or while it has left in good order;
+ * failed when it ended its comm without that (an abort, an error); dead when its lock was let
+ * go without a word (its process is gone; see papShmLifeHold). */
+enum peerState {
+  PEER_ALIVE,
+  PEER_FAILED,
+  PEER_DEAD
+};
+
+static enum peerState peerState(struct shmState* st, int peer) {
+  if (peer < 0 || peer >= st->base.ctx.nranks || peer == st->base.ctx.rank) return PEER_ALIVE;
   struct papConn* c = st->conns[peer];
-  if (c == NULL || c->peerSeg.hdr == NULL || st->peerFds[peer] < 0) return 1;
+  if (c == NULL || c->peerSeg.hdr == NULL || st->peerFds[peer] < 0) return PEER_ALIVE;
   struct shmHeader* h = c->peerSeg.hdr;
-  if (!atomic_load_explicit(&h->lifeLock, memory_order_relaxed)) return 1; /* nothing to ask */
-  if (atomic_load_explicit(&h->departed, memory_order_acquire)) return 1;
+  if (!atomic_load_explicit(&h->lifeLock, memory_order_relaxed)) return PEER_ALIVE;
+  uint32_t left = atomic_load_explicit(&h->departed, memory_order_acquire);
+  if (left == PAP_SHM_LEFT_GOOD) return PEER_ALIVE;
+  if (left == PAP_SHM_LEFT_FAILED) return PEER_FAILED;
   struct flock fl;
-  if (lifeLockOp(st->peerFds[peer], F_OFD_GETLK, &fl, F_RDLCK) != 0) return 1;
-  if (fl.l_type != F_UNLCK) return 1;
+  if (lifeLockOp(st->peerFds[peer], F_OFD_GETLK, &fl, F_RDLCK) != 0) return PEER_ALIVE;
+  if (fl.l_type != F_UNLCK) return PEER_ALIVE;
   /* The lock goes at the end of a comm too, after departed is set: read it again. */
-  return atomic_load_explicit(&h->departed, memory_order_acquire) != 0;
+  left = atomic_load_explicit(&h->departed, memory_order_acquire);
+  return left == PAP_SHM_LEFT_GOOD     ? PEER_ALIVE
+         : left == PAP_SHM_LEFT_FAILED ? PEER_FAILED
+                                       : PEER_DEAD;
+}
+
+int papShmPeerAlive(void* state, int peer) {
+  return peerState((struct shmState*)state, peer) == PEER_ALIVE;
 }
 
 /* A local peer in another process that exited without leaving the comm: every survivor sees
  * it at its next health check, also one that waits on another peer (that peer may wait on
- * the dead one, or fail and leave). */
+ * the dead one, or fail and leave). A dead peer is named before one that only ended its
+ * comm after failing (most likely on that death). */
 int papShmDeadPeer(void* state) {
   struct shmState* st = (struct shmState*)state;
-  for (int p = 0; p < st->base.ctx.nranks; p++)
-    if (p != st->base.ctx.rank && !papShmPeerAlive(state, p)) return p;
-  return -1;
+  int failed = -1;
+  for (int p = 0; p < st->base.ctx.nranks; p++) {
+    enum peerState ps = peerState(st, p);
+    if (ps == PEER_DEAD) return p;
+    if (ps == PEER_FAILED && failed < 0) failed = p;
+  }
+  return failed;
 }
 
 void papShmDepart(void* state) {
   struct shmState* st = (struct shmState*)state;
-  atomic_store_explicit(&st->self.hdr->departed, 1, memory_order_release);
+  atomic_store_explicit(&st->self.hdr->departed, PAP_SHM_LEFT_GOOD, memory_order_release);
 }

@@ -22,6 +22,14 @@
  *   nranks x nslots x struct shmMeta | PAP arrival board (used in rank 0's segment) |
  *   flat area (this rank's lines of the flat collectives) | nranks x nslots x slotSize data |
  *   staging */
+/* shmHeader.departed: the owner still runs its comm; left it in good order (papShmDepart,
+ * the destroy of a healthy comm); or ended it without that (an abort, a failure). */
+enum {
+  PAP_SHM_LEFT_NOT = 0,
+  PAP_SHM_LEFT_GOOD = 1,
+  PAP_SHM_LEFT_FAILED = 2
+};
+
 struct shmHeader {
   uint64_t magic;
   uint32_t version;
@@ -32,7 +40,7 @@ struct shmHeader {
   uint64_t totalBytes;
   int32_t ownerRank;
   _Atomic uint32_t mapped; /* peers that mapped this segment; the last one unlinks it */
-  _Atomic uint32_t departed; /* the owner left in good order (papShmDepart) or ended its comm */
+  _Atomic uint32_t departed; /* PAP_SHM_LEFT_*: how the owner left its comm, if it did */
   _Atomic uint32_t lifeLock; /* the owner holds its life lock (see papShmPeerAlive) */
   char pad[64 - 52];
 };
