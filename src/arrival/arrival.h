@@ -41,6 +41,23 @@ size_t papFlatAreaBytes(int nranks);
 /* papcclCommGetPapStats's figures (papcclInvalidUsage before the comm is up). */
 papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats);
 
+/* An op's path (path.c; docs/ARCHITECTURE.md, "An op's path"): which executor runs op and
+ * why, the same on every rank. ctx: PAP_PATHCTX_* of the op's batch. papPathDecideBatch
+ * decides every op of a batch once (where the batch is known: the call outside a group,
+ * papcclGroupEnd inside one), records the choice on the op (op->path, op->call.arena) and
+ * counts it in the comm's statistics; grouped: the ops were called inside a group. */
+enum {
+  PAP_PATHCTX_GROUPED = 1u, /* called inside a group */
+  PAP_PATHCTX_SHARED = 2u, /* the batch holds other ops */
+  PAP_PATHCTX_BOARD_SHARED = 4u /* ... other collectives, or ops of other comms */
+};
+struct papPathChoice papPathDecide(const struct papComm* comm, const struct papOpDesc* op,
+                                   unsigned ctx);
+void papPathDecideBatch(struct papOpDesc* ops, int nops, int grouped);
+/* "flat", "board", ...; the reason in words. */
+const char* papPathName(int path);
+const char* papPathWhyString(int why);
+
 /* A batch of ops through the layer (papRunOps, src/enqueue/enqueue.c), with the progress lock
  * of each of its comms held, in three calls (src/arrival/batch.c):
  *

@@ -70,10 +70,9 @@ int papFlatEligible(const struct papComm* comm, const struct papOpDesc* op) {
     return 0;
   if (op->call.count * papKernTypeSize(op->call.dtype) > ps->flatCap) return 0;
   /* A forced algorithm and the deterministic mode (one canonical tree at every size) keep
-   * their plans; so do ops the device arena takes. Every rank decides alike. */
-  if (papSelectForcedAlgo(op) != PAP_ALGO_AUTO || papParamDeterministic()) return 0;
-  if (papAlgoArenaEligible(&op->call, &comm->engine)) return 0;
-  return 1;
+   * their plans (ops the device arenas take: papPathDecide asks them first). Every rank
+   * decides alike. */
+  return papSelectForcedAlgo(op) == PAP_ALGO_AUTO && !papParamDeterministic();
 }
 
 /* The op byte: [reduction:4 | avg:1 | preMul:1 | 0:2]. */

@@ -314,6 +314,7 @@ papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats) {
   stats->avgTailUs = ps->sumTail / nc / 1e3;
   stats->avgTimeInCollUs = ps->sumInColl / nc / 1e3;
   stats->habitualLateRank = -1;
+  papPathStats(ps, stats);
   for (int r = 0; r < ps->nranks; r++) {
     if (r < PAPCCL_PAP_STATS_MAX_RANKS) {
       stats->lateCount[r] = ps->late[r];
