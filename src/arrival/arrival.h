@@ -69,7 +69,8 @@ const char* papPathWhyString(int why);
  * flat run or a failed check), PAP_BATCH_ARRIVED when the caller plans and drives the batch
  * (if the result is success).
  *
- * papArrivalPoll: inside the caller's drive loop, one of PAP_POLL_*: EXTEND appends the rest
+ * papArrivalPoll: inside the caller's drive loop (and the layer's own waits: the one way
+ * into the mismatch check's polls, mismatch.c), any of PAP_POLL_* (w may be NULL without DIAG): EXTEND appends the rest
  * of a chain once its successor arrived (*progressedOut = 1 then); NOTICE reads a message
  * board's mismatch notice (one relaxed load when none came); DIAG refreshes the hang
  * diagnosis with w; MISMATCH is the 100 ms health check for mismatched calls; EXPLAIN asks,

@@ -131,7 +131,7 @@ static int pollPeers(struct papComm* comm, uint64_t seq, uint64_t fseq, uint64_t
     if (v != seq) {
       if (v > seq && ps->checkMismatch) {
         /* Its call is on the board when it ran ours there: named then. */
-        if (papArrivalCheckMismatch(comm) != papcclSuccess) return -1;
+        if (papArrivalPoll(comm, PAP_POLL_MISMATCH, NULL, NULL) != papcclSuccess) return -1;
         char a[128];
         PAP_WARN(
             "collective #%llu mismatch: rank %d called %s but rank %d called another collective "
@@ -221,7 +221,7 @@ static papcclResult_t awaitLines(struct papComm* comm, const struct papOpDesc* o
         return papcclRemoteError;
       }
       /* A peer that runs this collective on the board made another call. */
-      if (papArrivalCheckMismatch(comm) != papcclSuccess) return mismatch(comm);
+      if (papArrivalPoll(comm, PAP_POLL_MISMATCH, &w, NULL) != papcclSuccess) return mismatch(comm);
     }
     if (papWaitSpin(&w, now)) continue;
     if (!described) { /* named only when the wait may last (a timeout names it) */

@@ -244,7 +244,7 @@ papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   struct papArrivalState* ps = comm->arrival;
   if (ps == NULL) return papcclSuccess;
   /* A message board's home found this collective, or one before it, mismatched. */
-  PAP_CHECK(papArrivalNoticeCheck(comm));
+  PAP_CHECK(papArrivalPoll(comm, PAP_POLL_NOTICE, NULL, NULL));
   if (!a->used && !a->flat) return papcclSuccess;
   int n = comm->nranks;
   uint64_t tDone = papNowNs();
