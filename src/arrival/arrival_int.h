@@ -355,8 +355,10 @@ static inline int takeOverStep(uint64_t rel, uint32_t g, uint32_t gen, int n) {
  * collective in call order). */
 int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op);
 papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided);
-/* The path counts and the last op's path into st (path.c). */
+/* The path counts and the last op's path into st; the counts in words ("flat 12, board 3")
+ * into buf (path.c). */
 void papPathStats(const struct papArrivalState* ps, papcclPapStats* st);
+void papPathSummary(const struct papArrivalState* ps, char* buf, size_t cap);
 /* For a decided op: the decider chooses and commits; others wait for it. Fills op->algo,
  * op->nE and ps->owners. Bounded by PAPCCL_TIMEOUT_S and abort. */
 papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op);

@@ -132,6 +132,19 @@ void papPathDecideBatch(struct papOpDesc* ops, int nops, int grouped) {
   }
 }
 
+void papPathSummary(const struct papArrivalState* ps, char* buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int p = 0; p < PAP_PATH_COUNT && len < cap; p++) {
+    uint64_t k = atomic_load_explicit(&ps->pathOps[p], memory_order_relaxed);
+    if (k == 0) continue;
+    int w = snprintf(buf + len, cap - len, "%s%s %llu", len ? ", " : "", kPathNames[p],
+                     (unsigned long long)k);
+    if (w < 0) break;
+    len += (size_t)w;
+  }
+}
+
 void papPathStats(const struct papArrivalState* ps, papcclPapStats* st) {
   for (int p = 0; p < PAP_PATH_COUNT; p++)
     st->pathOps[p] = atomic_load_explicit(&ps->pathOps[p], memory_order_relaxed);
