@@ -79,7 +79,7 @@ static int commitOf(const struct papComm* comm, const struct papOpDesc* op, unsi
     return because(whyOut, config ? PAP_WHY_CONFIG_CLASSIC : PAP_WHY_ENV_CLASSIC, 0);
   if (f != PAP_ALGO_AUTO)
     return because(whyOut, config ? PAP_WHY_CONFIG_FORCED : PAP_WHY_ENV_FORCED, 1);
-  if (!comm->arrival->msg) return because(whyOut, PAP_WHY_SELECTOR, 1);
+  if (comm->arrival == NULL || !comm->arrival->msg) return because(whyOut, PAP_WHY_SELECTOR, 1);
   return because(whyOut, PAP_WHY_SELECTOR_PROBE, 2);
 }
 
