@@ -331,6 +331,18 @@ typedef enum {
   papcclPapAlgoFlat = 9 /* small allreduce on one host: every rank reads every input (flat) */
 } papcclPapAlgo_t;
 
+/* The path an operation takes (papcclPapStats.pathOps), chosen once per operation when it is
+ * submitted (docs/ARCHITECTURE.md, "An op's path"). */
+typedef enum {
+  papcclPathLocal = 0, /* plan steps every rank chooses alone (classic, forced, grouped) */
+  papcclPathBoard = 1, /* plan steps the first arriver commits on the arrival board */
+  papcclPathFlat = 2, /* small allreduce on one host through shared lines, no plan */
+  papcclPathArena = 3, /* through the ranks' device memory (CUDA IPC arenas) */
+  papcclPathHier = 4, /* reduce to the host leader, leaders' allreduce, broadcast */
+  papcclPathP2p = 5, /* a send or a receive */
+  papcclNumPaths = 6
+} papcclPath_t;
+
 /* What papccl saw of the ranks' arrivals, from this rank's point of view. Times are
  * microseconds of CLOCK_MONOTONIC. A rank "arrives" when it enters the collective call (host
  * buffers). "Complete" ops are those whose every arrival this rank saw before it finished
@@ -365,6 +377,12 @@ typedef struct papcclPapStats {
    * one, learnt from past collectives in the same place of the call sequence (it polls
    * around then instead of sleeping); 0 when it expected no wait worth predicting. */
   double lastExpectedWaitUs;
+  /* Operations by the path they took (papcclPath_t), counted as they were submitted, the
+   * last one's path and why it took it ("flat: allreduce <= PAPCCL_FLAT_MAX_BYTES, one
+   * host"). */
+  uint64_t pathOps[papcclNumPaths];
+  int lastPath;
+  char lastPathWhy[96];
 } papcclPapStats;
 
 /* Fills *stats with comm's arrival statistics (see papcclPapStats). Thread-safe; call it

@@ -10,16 +10,17 @@
 #   (scripts/pip-check.sh: pip install of the wheel into a fresh environment, 2 ranks on it),
 #   asan-build + asan-test (ASan+UBSan, every suite but soak), tsan-build + tsan-test
 #   (ThreadSanitizer, the suites 'concurrency' and 'gpu-sim' but not 'tsan-full'), fuzz (every fuzzer 15 s; the
-#   corpus replay runs in the plain and ASan test stages), format. Where nvcc is found every
+#   corpus replay runs in the plain and ASan test stages), format, subjects (commit subjects
+#   after 6f0927f at most 72 characters, scripts/check-subjects.py). Where nvcc is found every
 #   build has CUDA, so suite gpu-sim (the device path on the CUDA stand-in) runs in all three.
 # Full tier (--full, nightly): the same stages with every suite in every build (soak and
 #   valgrind included, TSan of every suite), the full matrices and every fuzzer 60 s.
 #
 # usage: scripts/test.sh [--full] [--skip-deps] [--skip-asan] [--skip-tsan] [--skip-fuzz]
-#                        [--skip-format] [--format=check|warn]
+#                        [--skip-format] [--format=check|warn] [--skip-subjects]
 # environment (same effect as the flags):
 #   PAPCCL_TIER=landing|full, PAPCCL_SKIP_DEPS=1, PAPCCL_SKIP_ASAN=1, PAPCCL_SKIP_TSAN=1,
-#   PAPCCL_SKIP_FUZZ=1, PAPCCL_SKIP_FORMAT=1,
+#   PAPCCL_SKIP_FUZZ=1, PAPCCL_SKIP_FORMAT=1, PAPCCL_SKIP_SUBJECTS=1,
 #   PAPCCL_FUZZ_SECONDS=N           seconds each fuzzer runs (default 15, full tier 60)
 #   PAPCCL_FUZZ_JOBS=N              fuzzers at once (default: the number of cores)
 #   PAPCCL_TEST_MATRIX=full|pairwise  overrides the tier's choice for the matrix tests
@@ -45,6 +46,7 @@ skip_asan=${PAPCCL_SKIP_ASAN:-0}
 skip_tsan=${PAPCCL_SKIP_TSAN:-0}
 skip_fuzz=${PAPCCL_SKIP_FUZZ:-0}
 format_mode=${PAPCCL_FORMAT:-$FORMAT_DEFAULT}
+skip_subjects=${PAPCCL_SKIP_SUBJECTS:-0}
 [ "${PAPCCL_SKIP_FORMAT:-0}" = 1 ] && format_mode=skip
 for arg in "$@"; do
   case "$arg" in
@@ -55,8 +57,9 @@ for arg in "$@"; do
   --skip-fuzz) skip_fuzz=1 ;;
   --skip-format) format_mode=skip ;;
   --format=*) format_mode=${arg#--format=} ;;
+  --skip-subjects) skip_subjects=1 ;;
   -h | --help)
-    sed -n '3,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '3,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -275,6 +278,10 @@ do_format() {
   return 1
 }
 
+# Commit subjects after scripts/check-subjects.py's floor fit in 72 characters; a clone
+# without that history (shallow, an export) is said and passes.
+do_subjects() { python3 scripts/check-subjects.py; }
+
 print_summary() {
   local total=$((SECONDS - start))
   echo
@@ -325,6 +332,7 @@ else
 fi
 if [ "$skip_fuzz" = 1 ]; then skipped fuzz "asked"; else stage fuzz do_fuzz || true; fi
 if [ "$format_mode" = skip ]; then skipped format "asked"; else stage format do_format || true; fi
+if [ "$skip_subjects" = 1 ]; then skipped subjects "asked"; else stage subjects do_subjects || true; fi
 
 print_summary
 if [ "$failed" != 0 ]; then

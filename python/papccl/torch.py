@@ -143,7 +143,9 @@ def pap_stats(group=None, last=100):
         in more than half of them, else -1), ``mean_skew_us``, ``mean_tail_us``.
       ``total``: since the group was made (papcclCommGetPapStats): ``ops``, ``pap_ops``,
         ``late_count``, ``avg_lateness_us``, ``avg_skew_us``, ``max_skew_us``,
-        ``avg_tail_us``, ``habitual_late_rank``, ...
+        ``avg_tail_us``, ``habitual_late_rank``, ``path_ops`` (ops by the path papccl
+        chose: ``local``, ``board``, ``flat``, ``arena``, ``hier``, ``p2p``), ``last_path``
+        and ``last_path_why`` (the last op's path and the reason), ...
       ``history``: the window's records (dicts as ``last``), oldest first.
     """
     pg = _papccl_group(group)

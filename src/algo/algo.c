@@ -61,8 +61,8 @@ papcclResult_t papStepCopyIfNeeded(struct papEngine* e, void* dst, const void* s
 papcclResult_t papAlgoPlan(struct papEngine* e, struct papCall* op, struct papChain** chainOut) {
   *chainOut = NULL;
   papPlanBeginOp(e, op->seq);
-  /* Through the ranks' device memory when the comm has it (the same on every rank). */
-  if (papAlgoArenaEligible(op, e)) return papAlgoArena(e, op);
+  /* Through the ranks' device memory: the op's path (the same on every rank). */
+  if (op->arena) return papAlgoArena(e, op);
   switch (op->coll) {
   case PAP_COLL_ALLREDUCE:
     /* op->commit.algo was fixed at arrival: the same on every rank (the arrival layer). */

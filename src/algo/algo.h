@@ -49,6 +49,7 @@ struct papCall {
   int root; /* or peer for send/recv */
   uint64_t seq; /* collective sequence number, or p2p message number */
   uint64_t cseq; /* collectives: the 64-bit count of collectives before this one */
+  int arena; /* the op's path is the device arenas (papAlgoArena; papPathDecide chose it) */
   struct papCommit commit;
 };
 
@@ -171,7 +172,8 @@ papcclResult_t papAlgoAllReduceRhd(struct papEngine* e, struct papCall* op);
 papcclResult_t papAlgoAllReduceAc2s(struct papEngine* e, struct papCall* op);
 /* AllReduce, AllGather, Broadcast, ReduceScatter and Reduce through the ranks' device arenas
  * (src/algo/arena_colls.c), when e->dev has them and the op qualifies (papAlgoArenaEligible: the same
- * answer on every rank). Contributions are taken early ranks first (the PAP commit). */
+ * answer on every rank; only the path decision, papPathDecide, asks it, and papAlgoPlan follows
+ * op->arena). Contributions are taken early ranks first (the PAP commit). */
 int papAlgoArenaEligible(const struct papCall* op, const struct papEngine* e);
 papcclResult_t papAlgoArena(struct papEngine* e, struct papCall* op);
 /* Small-message variant over the same commit (early set op->commit.owners[0..nE-1]). */

@@ -35,8 +35,7 @@ int papGroupDepth(void);
 papcclResult_t papGroupAddOp(const struct papOpDesc* op);
 papcclResult_t papGroupAddInit(struct papComm* comm, const papcclUniqueId* id);
 
-/* The hierarchical allreduce (hier.c): does it serve this call, and run it. */
-int papHierApplies(const struct papOpDesc* d, papcclRedOp_t op);
+/* The hierarchical allreduce (hier.c) of a call whose path is PAP_PATH_HIER. */
 papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op);
 
 #endif /* PAPCCL_API_API_H_ */

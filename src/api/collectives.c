@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "arrival.h"
 #include "check.h"
 #include "device.h"
 #include "enqueue.h"
@@ -134,7 +135,9 @@ static papcclResult_t collCommon(struct papOpDesc* d, const struct collKind* k, 
     d->onDevice = papDeviceOpNeedsStream(d);
     if (d->onDevice) PAP_CHECK_GOTO(papDeviceCheckStream(comm, d->stream), res, out);
   }
-  if (k->reduces && papHierApplies(d, op))
+  /* The op's path, once: here outside a group, at papcclGroupEnd (its batch known) inside. */
+  if (papGroupDepth() == 0) papPathDecideBatch(d, 1, 0);
+  if (d->path.path == PAP_PATH_HIER)
     res = papHierAllReduce(d, op);
   else
     res = papEnqueue(d);

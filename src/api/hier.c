@@ -11,9 +11,10 @@
  * already there. Only one message per host crosses the network per chunk, instead of one
  * per rank.
  *
- * The choice must be the same on every rank, so it depends only on what every rank sees
- * alike: the op, the datatype, the count, the comm's configuration and whether the call is
- * inside a group. Buffers may be host or device memory (the inner calls take the stream).
+ * Which calls take it is the path decision's (papPathDecide, src/arrival/path.c): the same
+ * on every rank, from what every rank sees alike: the op, the datatype, the count, the
+ * comm's configuration and whether the call is inside a group. Buffers may be host or
+ * device memory (the inner calls take the stream).
  */
 #include <stdio.h>
 #include <string.h>
@@ -105,15 +106,6 @@ papcclResult_t papHierAsyncError(struct papComm* comm) {
     if (e != papcclSuccess) return (papcclResult_t)e;
   }
   return papcclSuccess;
-}
-
-int papHierApplies(const struct papOpDesc* d, papcclRedOp_t op) {
-  const struct papComm* comm = d->comm;
-  if (comm->hierLocal == NULL || d->call.coll != PAP_COLL_ALLREDUCE || d->call.count == 0) return 0;
-  /* Non-blocking comms and groups need the whole call queued as one; averages and
-   * pre-multiplied sums would be scaled per level; deterministic mode fixes one order. */
-  if (!comm->blocking || papGroupDepth() > 0 || papParamDeterministic()) return 0;
-  return op == papcclSum || op == papcclProd || op == papcclMax || op == papcclMin;
 }
 
 /* Keeps the inner communicator's error text where the user will look for it. */

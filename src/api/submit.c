@@ -9,6 +9,7 @@
 
 #include "alloc.h"
 #include "api.h"
+#include "arrival.h"
 #include "check.h"
 #include "device.h"
 #include "enqueue.h"
@@ -125,7 +126,10 @@ static papcclResult_t submitDeviceOps(struct papOpDesc* ops, int* nopsInOut) {
       else if (mine != NULL)
         mine[n++] = ops[j];
     }
-    if (mine != NULL) r = papDeviceSubmit(comm, mine, n);
+    if (mine != NULL) {
+      papPathDecideBatch(mine, n, 1); /* one batch: the comm's ops of the group */
+      r = papDeviceSubmit(comm, mine, n);
+    }
     if (mine == NULL) papCommSetError(comm, r); /* its ops took their numbers: comm failed */
     free(mine);
     if (r != papcclSuccess && res == papcclSuccess) res = r;
@@ -167,6 +171,7 @@ static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
     }
     for (int j = i; j < nops; j++)
       if (ops[j].comm == comm) job->ops[job->nops++] = ops[j];
+    papPathDecideBatch(job->ops, job->nops, 1); /* one batch: the comm's ops of the group */
     job->kind = PAP_JOB_OPS;
     papProgressSubmit(comm, job);
     inProgress = 1;
@@ -176,6 +181,7 @@ static papcclResult_t submitOps(struct papOpDesc* ops, int nops) {
   for (int i = 0; i < nblocking; i++) /* device ops queued earlier on these comms go first */
     if (ops[i].comm->dev) papCommWaitPendingJobs(ops[i].comm);
   papcclResult_t hostRes = papcclSuccess;
+  papPathDecideBatch(ops, nblocking, 1); /* one batch: every blocking comm's ops */
   if (nblocking) hostRes = papRunOps(ops, nblocking);
   if (res == papcclSuccess) res = hostRes;
   if (res == papcclSuccess && inProgress) res = papcclInProgress;

@@ -41,6 +41,23 @@ size_t papFlatAreaBytes(int nranks);
 /* papcclCommGetPapStats's figures (papcclInvalidUsage before the comm is up). */
 papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats);
 
+/* An op's path (path.c; docs/ARCHITECTURE.md, "An op's path"): which executor runs op and
+ * why, the same on every rank. ctx: PAP_PATHCTX_* of the op's batch. papPathDecideBatch
+ * decides every op of a batch once (where the batch is known: the call outside a group,
+ * papcclGroupEnd inside one), records the choice on the op (op->path, op->call.arena) and
+ * counts it in the comm's statistics; grouped: the ops were called inside a group. */
+enum {
+  PAP_PATHCTX_GROUPED = 1u, /* called inside a group */
+  PAP_PATHCTX_SHARED = 2u, /* the batch holds other ops */
+  PAP_PATHCTX_BOARD_SHARED = 4u /* ... other collectives, or ops of other comms */
+};
+struct papPathChoice papPathDecide(const struct papComm* comm, const struct papOpDesc* op,
+                                   unsigned ctx);
+void papPathDecideBatch(struct papOpDesc* ops, int nops, int grouped);
+/* "flat", "board", ...; the reason in words. */
+const char* papPathName(int path);
+const char* papPathWhyString(int why);
+
 /* A batch of ops through the layer (papRunOps, src/enqueue/enqueue.c), with the progress lock
  * of each of its comms held, in three calls (src/arrival/batch.c):
  *
@@ -52,7 +69,8 @@ papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats);
  * flat run or a failed check), PAP_BATCH_ARRIVED when the caller plans and drives the batch
  * (if the result is success).
  *
- * papArrivalPoll: inside the caller's drive loop, one of PAP_POLL_*: EXTEND appends the rest
+ * papArrivalPoll: inside the caller's drive loop (and the layer's own waits: the one way
+ * into the mismatch check's polls, mismatch.c), any of PAP_POLL_* (w may be NULL without DIAG): EXTEND appends the rest
  * of a chain once its successor arrived (*progressedOut = 1 then); NOTICE reads a message
  * board's mismatch notice (one relaxed load when none came); DIAG refreshes the hang
  * diagnosis with w; MISMATCH is the 100 ms health check for mismatched calls; EXPLAIN asks,

@@ -153,6 +153,10 @@ struct papArrivalState {
   const char* lastName; /* the name in st.lastAlgoName (a constant string) */
   /* statistics (papcclPapStats) */
   papcclPapStats st;
+  /* Ops by path, and the last one's (path << 8 | why): written where ops are decided (any
+   * calling thread), read by papArrivalStats (papPathStats). */
+  _Atomic uint64_t pathOps[PAP_PATH_COUNT];
+  _Atomic int lastPath;
   double sumSkew, sumTail, sumInColl; /* ns, over complete ops */
   double* sumLate; /* [nranks] ns */
   uint64_t* late; /* [nranks] times last */
@@ -345,10 +349,15 @@ static inline int takeOverStep(uint64_t rel, uint32_t g, uint32_t gen, int n) {
 /* The layer's calls among its modules (and the tests of internals). */
 
 /* Arrival of op on the board (stamp, position). decided: whether the plan waits for the
- * decider's commit; every rank computes it alike from the op and the commits before it
- * (papArrivalNeedsCommit, called once per collective in call order). */
-int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op, int grouped);
+ * decider's commit; every rank computes it alike from the op's path (op->path.commit) and,
+ * on a message board, the commits before it (papArrivalNeedsCommit, called once per
+ * collective in call order). */
+int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op);
 papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided);
+/* The path counts and the last op's path into st; the counts in words ("flat 12, board 3")
+ * into buf (path.c). */
+void papPathStats(const struct papArrivalState* ps, papcclPapStats* st);
+void papPathSummary(const struct papArrivalState* ps, char* buf, size_t cap);
 /* For a decided op: the decider chooses and commits; others wait for it. Fills op->algo,
  * op->nE and ps->owners. Bounded by PAPCCL_TIMEOUT_S and abort. */
 papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op);
@@ -356,7 +365,8 @@ papcclResult_t papArrivalAwaitCommit(struct papComm* comm, struct papOpDesc* op)
  * appends the rest of the plan once it can; *progressed = 1 then. */
 papcclResult_t papArrivalExtend(struct papComm* comm, struct papOpDesc* op, int* progressed);
 /* Flat small collectives (flat.c): attaching the mapped areas (from papArrivalInit); whether
- * op runs flat (every rank decides alike); running it. */
+ * op may run flat (every rank decides alike; asked by papPathDecide only, after the arenas);
+ * running it. */
 papcclResult_t papFlatAttach(struct papComm* comm);
 int papFlatEligible(const struct papComm* comm, const struct papOpDesc* op);
 papcclResult_t papFlatRun(struct papComm* comm, struct papOpDesc* op);

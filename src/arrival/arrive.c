@@ -91,7 +91,8 @@ static papcclResult_t arriveByMessage(struct papComm* comm, struct papOpDesc* op
     uint64_t now = papNowNs();
     PAP_CHECK(papWaitCheck(&slotWait, now));
     /* The peer may be stuck in a mismatched collective, or have failed it. */
-    if (papWaitHealthDue(&slotWait, now)) PAP_CHECK(papArrivalCheckMismatch(comm));
+    if (papWaitHealthDue(&slotWait, now))
+      PAP_CHECK(papArrivalPoll(comm, PAP_POLL_MISMATCH, &slotWait, NULL));
     comm->tops->wake->wait(comm->tstate, tok, papWaitSlice(&slotWait, now, 1000000));
   }
   a->used = 1;
@@ -156,7 +157,8 @@ static papcclResult_t claimSlot(struct papComm* comm, struct papOpDesc* op, int 
         PAP_CHECK(papWaitCheck(&slotWait, now));
         /* The peer may be stuck in a mismatched collective of this batch, or have failed it
          * (and never release the slot). */
-        if (papWaitHealthDue(&slotWait, now)) PAP_CHECK(papArrivalCheckMismatch(comm));
+        if (papWaitHealthDue(&slotWait, now))
+          PAP_CHECK(papArrivalPoll(comm, PAP_POLL_MISMATCH, &slotWait, NULL));
         papWaitSleep(&slotWait);
         continue;
       }
@@ -213,7 +215,7 @@ papcclResult_t papArrive(struct papComm* comm, struct papOpDesc* op, int decided
   a->tPlan = 0;
   if (ps->msg) {
     /* A mismatch the home found already, in this collective or one before. */
-    PAP_CHECK(papArrivalNoticeCheck(comm));
+    PAP_CHECK(papArrivalPoll(comm, PAP_POLL_NOTICE, NULL, NULL));
     if (decided) return arriveByMessage(comm, op, decided);
     /* A plan every rank chooses alone needs nothing from the board: over a network its
      * statistics are not read back either (papArrivalComplete). Only the call goes to the

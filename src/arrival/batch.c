@@ -9,18 +9,13 @@ static int isColl(const struct papOpDesc* op) {
 }
 
 /* Every collective arrives on its comm's board (in call order); then the ops whose plan
- * depends on the arrivals wait for the decider's commit. A batch of several ops (a group)
- * takes plans every rank can choose alone. Sends and receives on the collective's own comm
- * do not count: they may differ between its ranks (a peer without a partner), and every
- * rank must make the same choice. */
+ * depends on the arrivals (their path says so: a batch of several collectives, a group,
+ * takes plans every rank can choose alone) wait for the decider's commit. */
 static papcclResult_t arriveAll(struct papOpDesc* ops, int nops) {
   for (int i = 0; i < nops; i++) {
     if (!isColl(&ops[i])) continue;
     struct papComm* comm = ops[i].comm;
-    int grouped = 0;
-    for (int j = 0; j < nops && !grouped; j++)
-      grouped = j != i && (isColl(&ops[j]) || ops[j].comm != comm);
-    PAP_CHECK(papArrive(comm, &ops[i], papArrivalNeedsCommit(comm, &ops[i], grouped)));
+    PAP_CHECK(papArrive(comm, &ops[i], papArrivalNeedsCommit(comm, &ops[i])));
   }
   for (int i = 0; i < nops; i++)
     if (isColl(&ops[i])) PAP_CHECK(papArrivalAwaitCommit(ops[i].comm, &ops[i]));
@@ -61,8 +56,8 @@ papcclResult_t papArrivalBegin(struct papComm** comms, int ncomms, struct papOpD
       return res;
     }
   }
-  if (nops == 1 && papFlatEligible(ops[0].comm, &ops[0])) {
-    /* Small and on one host: no plan, no board (src/arrival/flat.c). */
+  if (nops == 1 && ops[0].path.path == PAP_PATH_FLAT) {
+    /* Small and on one host: no plan, no board (src/arrival/flat.c); the op's path says. */
     papArrivalFlightAdd(ops[0].comm, &ops[0], 1);
     res = papFlatRun(ops[0].comm, &ops[0]);
     if (res == papcclSuccess)

@@ -11,20 +11,20 @@
 static papcclResult_t waitChecks(struct papComm* comm, struct papWait* w, uint64_t now) {
   PAP_CHECK(papWaitCheck(w, now));
   /* A message board's mismatch notice (its push rang the doorbell): at once. */
-  PAP_CHECK(papArrivalNoticeCheck(comm));
+  PAP_CHECK(papArrivalPoll(comm, PAP_POLL_NOTICE, w, NULL));
   if (!papWaitHealthDue(w, now)) return papcclSuccess;
-  papDiagUpdate(comm, w, NULL);
-  /* A mismatch first: a peer that failed on it may be gone by now (as checkPeers). */
-  PAP_CHECK(papArrivalCheckMismatch(comm));
+  /* The diagnosis, then a mismatch first: a peer that failed on it may be gone by now (as
+   * checkPeers). */
+  PAP_CHECK(papArrivalPoll(comm, PAP_POLL_DIAG | PAP_POLL_MISMATCH, w, NULL));
   /* A dead peer: the notice, read after its death was (the transport delivers what the peer
    * sent before its end first), may still explain it. */
   if (papCommDeadPeer(comm) >= 0) {
-    PAP_CHECK(papArrivalNoticeExplains(comm));
+    PAP_CHECK(papArrivalPoll(comm, PAP_POLL_EXPLAIN, w, NULL));
     PAP_CHECK(papCommCheckDeadPeer(comm));
   }
   for (int r = 0; r < comm->nranks; r++) {
     if (r == comm->rank || comm->tops->live->peerAlive(comm->tstate, r)) continue;
-    PAP_CHECK(papArrivalNoticeExplains(comm));
+    PAP_CHECK(papArrivalPoll(comm, PAP_POLL_EXPLAIN, w, NULL));
     PAP_WARN("rank %d (%s) exited while %s", r, papCommPidText(comm, r).s, papWaitWhat(w));
     return papcclRemoteError;
   }

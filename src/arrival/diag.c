@@ -65,8 +65,10 @@ void papDiagUpdate(struct papComm* comm, struct papWait* w, const int* seen) {
           c->root);
       continue;
     }
-    put(&b, "%s collective #%llu %s for %.1f s", i ? ";" : ":", (unsigned long long)c->cseq, call,
-        now > op->arr.tArr ? (double)(now - op->arr.tArr) / 1e9 : 0.0);
+    put(&b, "%s collective #%llu %s for %.1f s, path %s (%s)", i ? ";" : ":",
+        (unsigned long long)c->cseq, call,
+        now > op->arr.tArr ? (double)(now - op->arr.tArr) / 1e9 : 0.0, papPathName(op->path.path),
+        papPathWhyString(op->path.why));
     int known = mark != NULL;
     if (known && seen != NULL) {
       for (int r = 0; r < n; r++)

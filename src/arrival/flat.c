@@ -70,10 +70,9 @@ int papFlatEligible(const struct papComm* comm, const struct papOpDesc* op) {
     return 0;
   if (op->call.count * papKernTypeSize(op->call.dtype) > ps->flatCap) return 0;
   /* A forced algorithm and the deterministic mode (one canonical tree at every size) keep
-   * their plans; so do ops the device arena takes. Every rank decides alike. */
-  if (papSelectForcedAlgo(op) != PAP_ALGO_AUTO || papParamDeterministic()) return 0;
-  if (papAlgoArenaEligible(&op->call, &comm->engine)) return 0;
-  return 1;
+   * their plans (ops the device arenas take: papPathDecide asks them first). Every rank
+   * decides alike. */
+  return papSelectForcedAlgo(op) == PAP_ALGO_AUTO && !papParamDeterministic();
 }
 
 /* The op byte: [reduction:4 | avg:1 | preMul:1 | 0:2]. */
@@ -132,7 +131,7 @@ static int pollPeers(struct papComm* comm, uint64_t seq, uint64_t fseq, uint64_t
     if (v != seq) {
       if (v > seq && ps->checkMismatch) {
         /* Its call is on the board when it ran ours there: named then. */
-        if (papArrivalCheckMismatch(comm) != papcclSuccess) return -1;
+        if (papArrivalPoll(comm, PAP_POLL_MISMATCH, NULL, NULL) != papcclSuccess) return -1;
         char a[128];
         PAP_WARN(
             "collective #%llu mismatch: rank %d called %s but rank %d called another collective "
@@ -218,7 +217,7 @@ static papcclResult_t awaitLines(struct papComm* comm, const struct papOpDesc* o
         return papcclRemoteError;
       }
       /* A peer that runs this collective on the board made another call. */
-      if (papArrivalCheckMismatch(comm) != papcclSuccess) return mismatch(comm);
+      if (papArrivalPoll(comm, PAP_POLL_MISMATCH, &w, NULL) != papcclSuccess) return mismatch(comm);
     }
     if (papWaitSpin(&w, now)) continue;
     if (!described) { /* named only when the wait may last (a timeout names it) */

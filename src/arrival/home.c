@@ -223,7 +223,8 @@ papcclResult_t papHomeCall(struct papComm* comm, const struct hmReq* q, size_t* 
   papcclResult_t res = comm->tops->home->call(comm->tstate, q, sizeof(*q), comm->arrival->reply,
                                               PAP_HOME_MAX_BYTES, len);
   if (res != papcclRemoteError) return res;
-  if (papArrivalNoticeExplains(comm) == papcclInvalidUsage) return papcclInvalidUsage;
+  if (papArrivalPoll(comm, PAP_POLL_EXPLAIN, NULL, NULL) == papcclInvalidUsage)
+    return papcclInvalidUsage;
   PAP_WARN("rank 0, which holds the arrival board, is unreachable from rank %d", comm->rank);
   return res;
 }

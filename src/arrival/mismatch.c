@@ -1,7 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The mismatch check (PAPCCL_CHECK_MISMATCH, docs/PAP-ENGINE.md section 11): marks on a
  * shared board, the batch in flight and the checks left pending, a message board's notices,
- * acknowledgements and call batches, and the home's comparison of calls. */
+ * acknowledgements and call batches, and the home's comparison of calls.
+ *
+ * One module, reached two ways: the batch interface (batch.c: the flight, the pending checks
+ * at papArrivalBegin, the notice and mismatch polls of papArrivalPoll, which the layer's own
+ * waits in arrive.c, commit.c and flat.c also go through) and the protocol's hooks where a
+ * call meets the board (papMismatchPutFirst, papMismatchCheckArrival, papMismatchQueueCall
+ * in papArrive; papMismatchAtHome in the home's serve; papMismatchVerify at completion).
+ * With PAPCCL_CHECK_MISMATCH=0 (ps->checkMismatch) every entry point passes every call; the
+ * tests drive them alone on a made-up board (tests/internal/shim_mismatch.c). */
 #include <string.h>
 
 #include "arrival_int.h"
@@ -48,6 +56,7 @@ static papcclResult_t putCall(struct papComm* comm, int s, int r, uint64_t sig, 
  * word, so its read costs no further transfer of a line between cores). */
 papcclResult_t papMismatchPutFirst(struct papComm* comm, const struct papOpDesc* op, uint64_t sig) {
   int n = comm->nranks, s = op->arr.slot;
+  if (!comm->arrival->checkMismatch) return papcclSuccess;
   PAP_CHECK(bStoreRelease(comm, IDX_CALL(n, s), sig)); /* published by the rank_at entry */
   return bStoreRelease(comm, IDX_CALL(n, s) + 1, (uint32_t)op->call.root);
 }
@@ -103,6 +112,7 @@ papcclResult_t papMismatchCheckArrival(struct papComm* comm, const struct papOpD
   int n = comm->nranks, first = -1;
   uint64_t v = 0;
   *loggedOut = 0;
+  if (!comm->arrival->checkMismatch) return why == WHY_CALL ? papcclSuccess : papcclInvalidUsage;
   PAP_CHECK(bLoad(comm, IDX_RANKAT(n, a->slot, 0), &v));
   first = entryRank(v, a->gen, n);
   if (first < 0) { /* the first arriver is between its CAS and its entry */
@@ -369,7 +379,7 @@ papcclResult_t papArrivalCheckMismatch(struct papComm* comm) {
  * compared. */
 void papMismatchAtHome(struct papComm* comm, int from, uint64_t c, uint64_t sig, int32_t root) {
   struct papArrivalState* ps = comm->arrival;
-  if (c == 0 || ps->calls == NULL) return;
+  if (c == 0 || ps->calls == NULL || !ps->checkMismatch) return;
   struct papCallRec* e = &ps->calls[(c - 1) % PAP_CALL_RING];
   if (e->c < c) {
     *e = (struct papCallRec){c, sig, root, from, 0};

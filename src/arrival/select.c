@@ -161,18 +161,10 @@ static struct papSelBucket* bucketFor(struct papComm* comm, const struct papOpDe
   return &comm->arrival->buckets[coll][bucketOf(papSelectBytes(comm, op))];
 }
 
-int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op, int grouped) {
-  if (op->call.coll >= PAP_SEL_COLLS || op->call.count == 0 || comm->nranks < 2 || grouped)
-    return 0;
-  int det = papParamDeterministic() != 0;
-  if (det && op->call.coll == PAP_COLL_ALLREDUCE) return 1;
-  /* Deterministic mode: ReduceScatter and Reduce keep their fixed rank order (classic). */
-  if (det && (op->call.coll == PAP_COLL_REDUCE || op->call.coll == PAP_COLL_REDUCESCATTER))
-    return 0;
-  if (!papParamPap()) return 0;
-  int f = papSelectForcedAlgo(op);
-  if (f == PAP_ALGO_RING || f == PAP_ALGO_RHD) return 0;
-  if (f != PAP_ALGO_AUTO || !comm->arrival->msg) return 1;
+int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op) {
+  /* The op's path says (papPathDecide); only an automatic choice on a message board asks the
+   * probe below. */
+  if (op->path.commit != 2) return op->path.commit;
   /* A message board costs a round trip to rank 0 before the plan is known, as much as a
    * small allreduce itself over TCP (docs/PAP-ENGINE.md section 13). While the last commit of this size chose a
    * classic plan and did not ask to keep watching, only every PAPCCL_PAP_PROBE-th call asks

@@ -130,12 +130,16 @@ static void report(struct papComm* comm) {
   if (worst >= 0 && ps->reportComplete >= 8 && worstN * 2 > ps->reportComplete)
     snprintf(habit, sizeof(habit), "rank %d was last in %llu of %llu", worst,
              (unsigned long long)worstN, (unsigned long long)ps->reportComplete);
-  if (comm->rank == 0)
+  if (comm->rank == 0) {
+    char paths[160];
+    papPathSummary(ps, paths, sizeof(paths));
     PAP_INFO(PAP_LOG_PAP,
              "PAP: last %llu collectives (%llu with a PAP-aware plan): mean skew %.1f us, mean "
-             "tail %.1f us, %s; last ran %s",
+             "tail %.1f us, %s; last ran %s; ops by path since init: %s",
              (unsigned long long)ps->reportOps, (unsigned long long)ps->reportPap,
-             ps->reportSkew / nc / 1e3, ps->reportTail / nc / 1e3, habit, ps->st.lastAlgoName);
+             ps->reportSkew / nc / 1e3, ps->reportTail / nc / 1e3, habit, ps->st.lastAlgoName,
+             paths);
+  }
   ps->reportOps = 0;
   ps->reportPap = 0;
   ps->reportComplete = 0;
@@ -244,7 +248,7 @@ papcclResult_t papArrivalComplete(struct papComm* comm, struct papOpDesc* op) {
   struct papArrivalState* ps = comm->arrival;
   if (ps == NULL) return papcclSuccess;
   /* A message board's home found this collective, or one before it, mismatched. */
-  PAP_CHECK(papArrivalNoticeCheck(comm));
+  PAP_CHECK(papArrivalPoll(comm, PAP_POLL_NOTICE, NULL, NULL));
   if (!a->used && !a->flat) return papcclSuccess;
   int n = comm->nranks;
   uint64_t tDone = papNowNs();
@@ -314,6 +318,7 @@ papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats) {
   stats->avgTailUs = ps->sumTail / nc / 1e3;
   stats->avgTimeInCollUs = ps->sumInColl / nc / 1e3;
   stats->habitualLateRank = -1;
+  papPathStats(ps, stats);
   for (int r = 0; r < ps->nranks; r++) {
     if (r < PAPCCL_PAP_STATS_MAX_RANKS) {
       stats->lateCount[r] = ps->late[r];

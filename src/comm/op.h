@@ -14,6 +14,51 @@
 struct papComm;
 struct CUstream_st;
 
+/* An op's path (papPathDecide, src/arrival/path.c): which executor runs it, decided once per
+ * op where its batch is known; the values are papcclPath_t's. */
+enum papPath {
+  PAP_PATH_LOCAL = papcclPathLocal,
+  PAP_PATH_BOARD = papcclPathBoard,
+  PAP_PATH_FLAT = papcclPathFlat,
+  PAP_PATH_ARENA = papcclPathArena,
+  PAP_PATH_HIER = papcclPathHier,
+  PAP_PATH_P2P = papcclPathP2p,
+  PAP_PATH_COUNT = papcclNumPaths
+};
+
+/* Why an op took its path (papPathWhyString gives the words). */
+enum papPathWhy {
+  PAP_WHY_NONE = 0, /* not decided */
+  PAP_WHY_P2P, /* a send or receive */
+  PAP_WHY_HIER, /* several hosts, a host with several ranks, blocking ungrouped allreduce */
+  PAP_WHY_ARENA, /* the comm has device arenas and the op qualifies */
+  PAP_WHY_FLAT, /* a lone small allreduce on one host */
+  PAP_WHY_EMPTY, /* count 0 */
+  PAP_WHY_ONE_RANK, /* a comm of one rank */
+  PAP_WHY_NO_PAP_PLAN, /* AlltoAll, Gather, Scatter: classic plans only */
+  PAP_WHY_BATCH, /* a batch with other collectives or other comms' ops */
+  PAP_WHY_DET_COMMIT, /* deterministic allreduce: AC2S over the committed early set */
+  PAP_WHY_DET_FIXED, /* deterministic Reduce/ReduceScatter: fixed rank order */
+  PAP_WHY_PAP_OFF, /* PAPCCL_PAP=0 */
+  PAP_WHY_ENV_CLASSIC, /* PAPCCL_ALGO=ring or rhd */
+  PAP_WHY_CONFIG_CLASSIC, /* the call's config: ring or rhd */
+  PAP_WHY_ENV_FORCED, /* PAPCCL_ALGO names an arrival-aware plan */
+  PAP_WHY_CONFIG_FORCED, /* the call's config names an arrival-aware plan */
+  PAP_WHY_SELECTOR, /* the decider's selector chooses from the arrivals */
+  PAP_WHY_SELECTOR_PROBE, /* the same on a message board, asked every PAPCCL_PAP_PROBE-th call */
+  PAP_WHY_COUNT
+};
+
+/* The path decision as the op carries it. */
+struct papPathChoice {
+  int path; /* enum papPath */
+  int why; /* enum papPathWhy */
+  /* Whether the first arriver commits the plan on the board: 0 no, 1 yes, 2 as the
+   * selector's probe says (a message board, papArrivalNeedsCommit). Board ops, and device
+   * arena ops (their plan's owners come from the commit). */
+  int commit;
+};
+
 /* Per-op arrival record on this rank (inside struct papOpDesc). */
 struct papArrival {
   int used; /* went through the board */
@@ -42,6 +87,7 @@ struct papOpDesc {
   struct papComm* comm;
   papcclRedOp_t op; /* as the caller passed it (call.red is the kernel's operation) */
   int forcedAlgo; /* enum papAlgo this call asked for (papcclCollConfig_t); PAP_ALGO_AUTO: none */
+  struct papPathChoice path; /* set once, by papPathDecideBatch, before the op is queued */
   void* tmp; /* owned: scaled input for pre-multiplied sum */
   struct papArrival arr;
   /* Device buffers (the CUDA layer): the op runs in the order of `stream` on pinned staging

@@ -532,8 +532,8 @@ static papcclResult_t submitLocked(struct papComm* comm, struct papDevState* st,
     op->userSend = op->call.sendbuff;
     op->userRecv = op->call.recvbuff;
     /* The CUDA IPC allreduce reads and writes the user's buffers itself, in stream order:
-     * no staging (engine.dev does not change after init). */
-    op->direct = papAlgoArenaEligible(&op->call, &comm->engine);
+     * no staging (the op's path, decided before it was queued). */
+    op->direct = op->path.path == PAP_PATH_ARENA;
     size_t so, ro;
     total += stageSpan(op, &so, &ro);
   }

@@ -262,5 +262,50 @@ TEST_F(Flat, OffSwitchAndForcedAlgorithm) {
   }
 }
 
+// Every op's path is counted where it was decided (papPathDecide): flat, board, local (a
+// collective without an arrival-aware plan, a group of two collectives), p2p; the last op's
+// path and reason are the statistics' last.
+TEST_F(Flat, StatsCountEachPath) {
+  const int n = 4;
+  RunRanks(Mode::kThreads, n, [&](Rank& rk) {
+    std::vector<float> big(16384, 1.0f), all(4 * n, 1.0f), out(4 * n);
+    float v = 1;
+    for (int i = 0; i < 3; i++)
+      ASSERT_EQ(papcclSuccess,
+                papcclAllReduce(&v, &v, 1, papcclFloat32, papcclSum, rk.comm, nullptr));
+    for (int i = 0; i < 2; i++)
+      ASSERT_EQ(papcclSuccess, papcclAllReduce(big.data(), big.data(), big.size(), papcclFloat32,
+                                               papcclSum, rk.comm, nullptr));
+    ASSERT_EQ(papcclSuccess,
+              papcclAlltoAll(all.data(), out.data(), 4, papcclFloat32, rk.comm, nullptr));
+    ASSERT_EQ(papcclSuccess, papcclGroupStart());
+    ASSERT_EQ(papcclSuccess,
+              papcclAllReduce(&v, &v, 1, papcclFloat32, papcclSum, rk.comm, nullptr));
+    ASSERT_EQ(papcclSuccess, papcclAllReduce(big.data(), big.data(), big.size(), papcclFloat32,
+                                             papcclSum, rk.comm, nullptr));
+    ASSERT_EQ(papcclSuccess, papcclGroupEnd());
+    ASSERT_EQ(papcclSuccess, papcclGroupStart());
+    ASSERT_EQ(papcclSuccess, papcclSend(&v, 1, papcclFloat32, (rk.rank + 1) % n, rk.comm, nullptr));
+    ASSERT_EQ(papcclSuccess,
+              papcclRecv(&out[0], 1, papcclFloat32, (rk.rank + n - 1) % n, rk.comm, nullptr));
+    ASSERT_EQ(papcclSuccess, papcclGroupEnd());
+    papcclPapStats st = Stats(rk.comm);
+    EXPECT_EQ(papcclPathP2p, st.lastPath);
+    EXPECT_STREQ("p2p: send or receive, no arrival", st.lastPathWhy);
+    ASSERT_EQ(papcclSuccess,
+              papcclAllReduce(&v, &v, 1, papcclFloat32, papcclSum, rk.comm, nullptr));
+    EXPECT_EQ(std::pow(4.0f, 5.0f), v);
+    st = Stats(rk.comm);
+    EXPECT_EQ(4u, st.pathOps[papcclPathFlat]);
+    EXPECT_EQ(2u, st.pathOps[papcclPathBoard]);
+    EXPECT_EQ(3u, st.pathOps[papcclPathLocal]);
+    EXPECT_EQ(2u, st.pathOps[papcclPathP2p]);
+    EXPECT_EQ(0u, st.pathOps[papcclPathHier] + st.pathOps[papcclPathArena]);
+    EXPECT_EQ(papcclPathFlat, st.lastPath);
+    EXPECT_STREQ("flat: allreduce <= PAPCCL_FLAT_MAX_BYTES alone on one host", st.lastPathWhy);
+    EXPECT_EQ(papcclPapAlgoFlat, st.lastAlgo);
+  });
+}
+
 }  // namespace
 }  // namespace papt

@@ -298,6 +298,10 @@ TEST_F(Shrink, StoppedRankIsNamedAtTheTimeoutAndInTheDump) {
         EXPECT_NE(std::string::npos,
                   dump.find("collective #1 AllReduce(count 1048576, float, sum)"))
             << dump;
+        // The op's path and why (papPathDecide): 4 ranks, automatic, one host.
+        EXPECT_NE(std::string::npos,
+                  dump.find("path board (the selector chooses from the arrivals)"))
+            << dump;
         EXPECT_NE(std::string::npos, dump.find("not arrived: ranks 2")) << dump;
         int silent = victim;
         papcclComm_t child = nullptr;

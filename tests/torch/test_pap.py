@@ -38,6 +38,10 @@ def test_pap_stats():
     check(win["ops"] == CALLS and win["straggler"] == LATE, "window straggler %d" % win["straggler"])
     check(win["late_count"][LATE] > CALLS // 2, "late counts %s" % win["late_count"])
     check(total["ops"] >= CALLS and total["late_count"][LATE] > CALLS // 2, "totals count the late rank")
+    # 4 KiB on one host: each allreduce took the flat path (papPathDecide), counted as such.
+    check(total["path_ops"]["flat"] >= CALLS and total["last_path"] == "flat"
+          and total["last_path_why"].startswith("flat: "),
+          "path counts %s, last %s (%s)" % (total["path_ops"], total["last_path"], total["last_path_why"]))
     path = os.path.join(os.environ["PAPCCL_TEST_DIR"], "trace.%d" % RANK)
     n = pt.save_trace(path, last=CALLS)
     rows = [list(map(float, l.split())) for l in open(path) if l.strip() and not l.startswith("#")]

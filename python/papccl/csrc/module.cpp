@@ -43,6 +43,15 @@ py::dict statsDict(const papcclPapStats& s) {
   d["avg_lateness_us"] = std::vector<double>(s.avgLatenessUs, s.avgLatenessUs + n);
   d["habitual_late_rank"] = s.habitualLateRank;
   d["expected_wait_us"] = s.lastExpectedWaitUs;
+  // Ops by the path papccl chose for them (papcclPath_t), the last one's and why.
+  static const char* const kPaths[papcclNumPaths] = {"local", "board", "flat",
+                                                     "arena", "hier",  "p2p"};
+  py::dict paths;
+  for (int p = 0; p < papcclNumPaths; p++)
+    paths[kPaths[p]] = s.pathOps[p];
+  d["path_ops"] = paths;
+  d["last_path"] = s.lastPath >= 0 && s.lastPath < papcclNumPaths ? kPaths[s.lastPath] : "?";
+  d["last_path_why"] = std::string(s.lastPathWhy);
   return d;
 }
 
