@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -199,11 +200,14 @@ TEST_F(AnySourceApi, OneRankHasNoPeer) {
 }
 
 // Nobody sends: the receive gives up at PAPCCL_TIMEOUT_S with a WARN that names it; abort
-// from another thread ends it at once.
+// from another thread ends it at once. Rank 1 aborts only after rank 0 timed out, and rank 0
+// ends its comm only after rank 1 is done: a comm that ends after a failure counts as gone
+// to its peers, so either end would cut the other's wait short.
 TEST_F(AnySourceApi, TimeoutAndAbort) {
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", "1");
   Options opt;
   opt.destroy = false;
+  std::atomic<bool> rank0TimedOut{false}, rank1Done{false};
   RunThreads(
       2,
       [&](Rank& rk) {
@@ -215,15 +219,21 @@ TEST_F(AnySourceApi, TimeoutAndAbort) {
           EXPECT_EQ(papcclRemoteError,
                     papcclRecvAny(buf.data(), 8, papcclInt32, &peer, rk.comm, nullptr));
           EXPECT_GE(NowS() - t0, 0.9);
+          rank0TimedOut = true;
+          while (!rank1Done)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         } else {
           ExpectWarn w;  // the abort's WARN
           std::thread killer([&] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            while (!rank0TimedOut)
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
             papcclCommAbort(rk.comm);
           });
           EXPECT_NE(papcclSuccess,
                     papcclRecvAny(buf.data(), 8, papcclInt32, &peer, rk.comm, nullptr));
           killer.join();
+          rank1Done = true;
           return;
         }
         EXPECT_EQ(papcclSuccess, papcclCommAbort(rk.comm));
