@@ -32,6 +32,21 @@ void CheckedAllReduces(papcclComm_t comm, int r, int n, int count, const std::st
   }
 }
 
+double CallUntilFailure(papcclComm_t comm, size_t count, double limitS, papcclResult_t* res,
+                        double* startOut) {
+  std::vector<float> buf(count, 1.0f);
+  double callS = 0;
+  *res = papcclSuccess;
+  const double start = NowS();
+  while (*res == papcclSuccess && NowS() - start < limitS) {
+    const double t0 = NowS();
+    *res = papcclAllReduce(buf.data(), buf.data(), count, papcclFloat32, papcclSum, comm, nullptr);
+    callS = NowS() - t0;
+    *startOut = t0;
+  }
+  return callS;
+}
+
 void ExpectShape(papcclComm_t comm, int rank, int n, const std::string& what) {
   ASSERT_NE(nullptr, comm) << what;
   int cn = -1, cr = -1;

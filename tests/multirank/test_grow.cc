@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -305,6 +306,109 @@ TEST_F(Grow, ArgumentChecks) {
   EXPECT_EQ(papcclSuccess, papcclCommGetUniqueId(comms[0], &id));
   EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[0]));
   EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[1]));
+}
+
+}  // namespace
+
+// ---- The loop users want ------------------------------------------------------------------
+
+void RunGrowLoop(const std::string& what, const std::function<void(Rank&)>& prepare) {
+  constexpr int n = 4, rounds = 2, timeoutS = 60;
+  // The rank of the running comm killed in each round: process 1, then process 3 (rank 2
+  // once process 1 is gone and the first replacement, process 4, is rank 3).
+  const int victims[rounds] = {1, 2};
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", std::to_string(timeoutS));
+  SharedIds ids;
+  SharedTime death[rounds];
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  opt.deadlineS = 240;
+  auto out = RunProcesses(
+      n + rounds,
+      [&](Rank& rk) {
+        prepare(rk);
+        if (::testing::Test::HasFailure()) return;
+        papcclComm_t cur = nullptr;
+        int me = rk.rank, first = 0;
+        if (rk.rank < n) {
+          ASSERT_EQ(papcclSuccess, papcclCommInitRank(&cur, n, rk.id, rk.rank))
+              << papcclGetLastError(nullptr);
+        } else {
+          // A replacement: it knows nothing but the id, which a survivor hands it.
+          first = rk.rank - n + 1;
+          me = n - 1;
+          papcclUniqueId id;
+          ASSERT_TRUE(ids.Get(first - 1, &id, 180)) << "replacement " << rk.rank << ": no id";
+          ASSERT_EQ(papcclSuccess, papcclCommGrow(nullptr, n, &id, me, &cur, nullptr))
+              << papcclGetLastError(nullptr);
+        }
+        for (int round = first;; round++) {
+          const std::string at = what + " round " + std::to_string(round);
+          ExpectShape(cur, me, n, at);
+          CheckedAllReduces(cur, me, n, 12, at);
+          if (round == rounds || ::testing::Test::HasFailure()) break;
+          const int victim = victims[round];
+          if (me == victim) {
+            death[round].Set(NowS());
+            raise(SIGKILL);
+          }
+          ExpectWarn any;  // the death, the aborted parent
+          papcclResult_t res = papcclSuccess;
+          double startS = 0;
+          const double callS = CallUntilFailure(cur, 4096, 2 * timeoutS, &res, &startS);
+          const double seenS = startS + callS - std::max(startS, death[round].Get());
+          ExpectDeadRankSeen(res, seenS, papcclGetLastError(cur), victim, at);
+          papcclComm_t shrunk = nullptr, grown = nullptr;
+          int dead = victim;
+          double t0 = NowS();
+          ASSERT_EQ(papcclSuccess,
+                    papcclCommShrink(cur, &dead, 1, &shrunk, nullptr, PAPCCL_SHRINK_ABORT))
+              << at << ": " << papcclGetLastError(cur);
+          const double shrinkS = NowS() - t0;
+          const int mine = me < victim ? me : me - 1;
+          papcclUniqueId id;
+          t0 = NowS();
+          if (mine == 0) {
+            ASSERT_EQ(papcclSuccess, papcclCommGetUniqueId(shrunk, &id));
+            ids.Put(round, id);
+          }
+          ASSERT_EQ(papcclSuccess,
+                    papcclCommGrow(shrunk, n, mine == 0 ? &id : nullptr, -1, &grown, nullptr))
+              << at << ": " << papcclGetLastError(shrunk);
+          const double growS = NowS() - t0;
+          fprintf(stderr,
+                  "%s: rank %d: death seen in %.1f ms, shrink %.1f ms, grow back to %d %.1f "
+                  "ms\n",
+                  at.c_str(), me, seenS * 1e3, shrinkS * 1e3, n, growS * 1e3);
+          EXPECT_EQ(papcclSuccess, papcclCommDestroy(shrunk));
+          EXPECT_EQ(papcclSuccess, papcclCommDestroy(cur));
+          cur = grown;
+          me = mine;
+        }
+        if (cur) {
+          EXPECT_EQ(papcclSuccess, papcclCommDestroy(cur));
+        }
+      },
+      opt);
+  for (const auto& o : out) {
+    if (o.rank == 1 || o.rank == 3) {
+      EXPECT_EQ(SIGKILL, o.signal) << what << ": process " << o.rank << " was to be killed";
+    } else {
+      EXPECT_TRUE(o.exited && o.exitCode == 0)
+          << what << ": process " << o.rank << " exit " << o.exitCode << " signal " << o.signal;
+    }
+  }
+}
+
+namespace {
+
+class GrowLoop : public Test {};
+
+// 4 ranks on this host (shm): one is killed, the survivors shrink and go on, a replacement
+// joins with the id and the survivors grow back to 4; twice.
+TEST_F(GrowLoop, KillShrinkGrowTwiceShm) {
+  RunGrowLoop("shm", [](Rank&) {});
 }
 
 }  // namespace

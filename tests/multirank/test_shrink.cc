@@ -124,10 +124,10 @@ constexpr int kKillTimeoutS = 60;
 // (which the noisy machines of the test runs must never reach by chance).
 constexpr double kDetectBoundS = 10;
 
-// Allreduces of count floats on comm until one fails (a peer died), for at most twice the
-// kill tests' timeout; returns how long the failing call took, its result in *res and its
-// start in *startOut.
-double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res, double* startOut);
+// CallUntilFailure (recovery.h) with the kill tests' limit.
+double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res, double* startOut) {
+  return papt::CallUntilFailure(comm, count, 2 * kKillTimeoutS, res, startOut);
+}
 
 TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
   const KillCase k = GetParam();
@@ -188,19 +188,6 @@ TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
 
 const size_t kLarge = size_t(1) << 20;  // 4 MiB: the engine's plans
 
-double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res, double* startOut) {
-  std::vector<float> buf(count, 1.0f);
-  double callS = 0;
-  *res = papcclSuccess;
-  const double start = NowS();
-  while (*res == papcclSuccess && NowS() - start < 2 * kKillTimeoutS) {
-    const double t0 = NowS();
-    *res = papcclAllReduce(buf.data(), buf.data(), count, papcclFloat32, papcclSum, comm, nullptr);
-    callS = NowS() - t0;
-    *startOut = t0;
-  }
-  return callS;
-}
 INSTANTIATE_TEST_SUITE_P(
     Phases, ShrinkKill,
     ::testing::Values(KillCase{"between_flat", nullptr, false, 16, 1, true},
