@@ -114,6 +114,7 @@ static papcclResult_t rootExchange(struct papBootstrap* bs, const union papSockA
            bs->nranks, rootStr);
   PAP_CHECK_GOTO(papSocketSendAll(fd, msg, sizeof(msg), deadlineNs, bs->abortFlag, what), res,
                  out_close);
+  PAP_FAULT(PAP_FAULT_HELLO, bs->rank, bs->abortFlag);
   snprintf(what, sizeof(what),
            "rank %d of %d waiting for the address table from the bootstrap root %s", bs->rank,
            bs->nranks, rootStr);

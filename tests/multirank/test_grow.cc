@@ -308,6 +308,55 @@ TEST_F(Grow, ArgumentChecks) {
   EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[1]));
 }
 
+// ---- A new rank that dies during the grow --------------------------------------------------
+
+// New rank 3 dies (PAPCCL_FAULT, kill at point) in the grow of a 2-rank comm to 4: every
+// other rank's grow fails (its root or ring sees the death), the old comm works, and a second
+// grow, to 3 with the other new rank, succeeds.
+void NewRankDiesDuringGrow(const char* point) {
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", "20");  // the bound if the death went unseen
+  ScopedEnv fault("PAPCCL_FAULT", std::string("kill@") + point + ":rank=3");
+  SharedIds ids;
+  Options opt;
+  opt.makeComm = false;
+  auto out = RunProcesses(
+      4,
+      [&](Rank& rk) {
+        papcclComm_t old = nullptr, grown = nullptr;
+        MakeOld(rk, 2, &old);
+        papcclResult_t res;
+        double took;
+        {
+          ExpectWarn any;  // the death, seen by the root or the ring
+          const double t0 = NowS();
+          res = GrowAsNccl(rk, old, 4, ids, 0, &grown);  // rank 3 does not return
+          took = NowS() - t0;
+        }
+        fprintf(stderr, "new rank dead at %s: rank %d: the grow failed (%d) after %.3f s: %s\n",
+                point, rk.rank, (int)res, took, papcclGetLastError(old));
+        EXPECT_NE(papcclSuccess, res) << "rank " << rk.rank;
+        EXPECT_EQ(nullptr, grown);
+        if (old) CheckedAllReduces(old, rk.rank, 2, 6, "the old comm after the failed grow");
+        ASSERT_EQ(papcclSuccess, GrowAsNccl(rk, old, 3, ids, 1, &grown))
+            << "the second grow: " << papcclGetLastError(old);
+        CheckedAllReduces(grown, rk.rank, 3, 6, "the second grow");
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(grown));
+        if (old) {
+          EXPECT_EQ(papcclSuccess, papcclCommDestroy(old));
+        }
+      },
+      opt);
+  ExpectKilledAndSurvivors(out, 3);
+}
+
+TEST_F(Grow, NewRankDeadWithItsHelloAtTheRootFailsEveryRank) {
+  NewRankDiesDuringGrow("hello");
+}
+
+TEST_F(Grow, NewRankDeadAfterTheRootFailsEveryRank) {
+  NewRankDiesDuringGrow("bootstrap");
+}
+
 }  // namespace
 
 // ---- The loop users want ------------------------------------------------------------------
