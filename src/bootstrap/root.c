@@ -29,6 +29,8 @@ struct rootState {
   uint64_t deadlineNs;
   int64_t timeoutS;
   int strict; /* a grow's root: a participant's bad message ends the rendezvous for all */
+  int refused; /* the strict root gave up: refusal holds what each participant is told */
+  unsigned char refusal[PAP_BS_HDR + PAP_BOOTSTRAP_ROOT_REFUSE_BYTES];
   int nranks; /* -1 until the first valid hello */
   int joined;
   int* rankFd; /* [nranks]; -1 until that rank's hello */
@@ -46,6 +48,11 @@ int papBootstrapActiveRoots(void) {
   return __atomic_load_n(&activeRoots, __ATOMIC_ACQUIRE);
 }
 
+/* Pending connection i spoke with the id's key (a participant, not a stranger). */
+static int rootKeyed(const struct rootState* st, int i) {
+  return st->pending[i].got >= PAP_BS_HDR && keyEqual(st->pending[i].buf + BS_HDR_KEY, st->key);
+}
+
 static void rootFree(struct rootState* st) {
   char str[PAP_SOCKET_ADDR_STRLEN];
   char why[PAP_BS_WHY_LEN];
@@ -53,6 +60,11 @@ static void rootFree(struct rootState* st) {
     /* One last read, so that the WARN names what was wrong with it if anything was. */
     int h = papBootstrapHelloProgress(&st->pending[i], st->key, PAP_BOOTSTRAP_MSG_ROOT_HELLO,
                                       PAP_BOOTSTRAP_ROOT_HELLO_BYTES, why, sizeof(why));
+    if (st->refused && rootKeyed(st, i)) { /* a participant late to a refused grow: told so */
+      (void)!send(st->pending[i].fd, st->refusal, sizeof(st->refusal), MSG_DONTWAIT | MSG_NOSIGNAL);
+      close(st->pending[i].fd);
+      continue;
+    }
     if (h >= 0) {
       snprintf(why, sizeof(why), "%s",
                h > 0 ? "hello arrived after the root had finished"
@@ -86,8 +98,10 @@ static void rootDrop(struct rootState* st, int i, const char* why) {
 /* A strict root gives up: every rank that joined, and every connection that spoke with the
  * id's key, gets the reason (best effort: one small non-blocking send each). */
 static void rootRefuse(struct rootState* st, papcclResult_t code, const char* why, int warn) {
-  unsigned char msg[PAP_BS_HDR + PAP_BOOTSTRAP_ROOT_REFUSE_BYTES];
-  memset(msg, 0, sizeof(msg));
+  unsigned char* msg = st->refusal;
+  const size_t len = sizeof(st->refusal);
+  st->refused = 1;
+  memset(msg, 0, len);
   papBootstrapPackHdr(msg, PAP_BOOTSTRAP_MSG_ROOT_REFUSE, PAP_BOOTSTRAP_ROOT_REFUSE_BYTES, 0, 0,
                       st->key);
   bsPut32(msg + PAP_BS_HDR, (uint32_t)code);
@@ -97,11 +111,9 @@ static void rootRefuse(struct rootState* st, papcclResult_t code, const char* wh
   else
     PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap root %s: %s", st->addrStr, why);
   for (int r = 0; st->rankFd != NULL && r < st->nranks; r++)
-    if (st->rankFd[r] >= 0)
-      (void)!send(st->rankFd[r], msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (st->rankFd[r] >= 0) (void)!send(st->rankFd[r], msg, len, MSG_DONTWAIT | MSG_NOSIGNAL);
   for (int i = 0; i < st->nPending; i++)
-    if (st->pending[i].got >= PAP_BS_HDR && keyEqual(st->pending[i].buf + BS_HDR_KEY, st->key))
-      (void)!send(st->pending[i].fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (rootKeyed(st, i)) (void)!send(st->pending[i].fd, msg, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 /* Sizes the per-rank arrays once the first valid hello names nranks. */
@@ -179,11 +191,6 @@ static papcclResult_t rootTakeHello(struct rootState* st, int i) {
   }
   rootDrop(st, i, why);
   return papcclSuccess;
-}
-
-/* Pending connection i spoke with the id's key (a participant, not a stranger). */
-static int rootKeyed(const struct rootState* st, int i) {
-  return st->pending[i].got >= PAP_BS_HDR && keyEqual(st->pending[i].buf + BS_HDR_KEY, st->key);
 }
 
 /* Pending connection i is a grow's existing ranks calling it off. */
