@@ -456,21 +456,23 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupPapccl::shrink(
   papcclResult_t r =
       papcclCommShrink(comm_, const_cast<int*>(exclude.data()), (int)exclude.size(), &child,
                        nullptr, abort ? PAPCCL_SHRINK_ABORT : PAPCCL_SHRINK_DEFAULT);
-  std::string why;
+  endReshape("shrink", r);
   int crank = -1, csize = -1;
-  if (r == papcclSuccess) {
-    papcclCommUserRank(child, &crank);
-    papcclCommCount(child, &csize);
-  } else {
+  papcclCommUserRank(child, &crank);
+  papcclCommCount(child, &csize);
+  return c10::make_intrusive<ProcessGroupPapccl>(child, crank, csize, newTimeout);
+}
+
+void ProcessGroupPapccl::endReshape(const char* op, papcclResult_t r) {
+  std::string why;
+  if (r != papcclSuccess)
     why = std::string(papcclGetErrorString(r)) + ": " + papcclGetLastError(comm_);
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     shrinking_ = false;
   }
   watchCv_.notify_all();
-  if (r != papcclSuccess) fail("shrink", why);
-  return c10::make_intrusive<ProcessGroupPapccl>(child, crank, csize, newTimeout);
+  if (r != papcclSuccess) fail(op, why);
 }
 
 std::string ProcessGroupPapccl::growId() {
@@ -506,15 +508,7 @@ c10::intrusive_ptr<ProcessGroupPapccl> ProcessGroupPapccl::grow(int size, const 
   }
   papcclComm_t child = nullptr;
   papcclResult_t r = papcclCommGrow(comm_, size, uid.empty() ? nullptr : &id, -1, &child, nullptr);
-  std::string why;
-  if (r != papcclSuccess)
-    why = std::string(papcclGetErrorString(r)) + ": " + papcclGetLastError(comm_);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    shrinking_ = false;
-  }
-  watchCv_.notify_all();
-  if (r != papcclSuccess) fail("grow", why);
+  endReshape("grow", r);
   return c10::make_intrusive<ProcessGroupPapccl>(child, rank_, size, timeout);
 }
 

@@ -223,6 +223,9 @@ class ProcessGroupPapccl : public c10d::Backend {
   void recordArrival(const char* name);
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   [[noreturn]] void fail(const char* op, const std::string& what) const;
+  // The end of a shrink or grow (r: its result): the watchdog may use comm_ again; a
+  // failure raises, naming op and papccl's reason.
+  void endReshape(const char* op, papcclResult_t r);
 
   papcclComm_t comm_ = nullptr;
   std::atomic<int64_t> timeoutMs_;
