@@ -8,7 +8,7 @@
  * switch features on when they see 2.28 or later at compile time or at run time. Every host
  * function of NVIDIA's 2.32 header is declared here and exported by the library; those papccl
  * does not implement (window registration, the group simulation, the device API's host side,
- * growing, suspending, one-sided calls) return ncclInvalidUsage with a reason in
+ * suspending, one-sided calls) return ncclInvalidUsage with a reason in
  * ncclGetLastError. Buffers may also be host memory (a papccl extension), so NCCL programs
  * run on machines without a GPU. */
 #ifndef NCCL_H_
@@ -356,9 +356,12 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 
 /* ---- NCCL 2.29 and 2.30 additions ------------------------------------------------------- */
-/* Declared as in NVIDIA's 2.30 header, whose builds (PyPI torch) import them. Not implemented
- * by papccl (each returns ncclInvalidUsage): growing a communicator, suspending one, window
- * user pointers and one-sided puts and signals. ncclCommMemStats answers
+/* Declared as in NVIDIA's 2.30 header, whose builds (PyPI torch) import them. Growing a
+ * communicator is papcclCommGetUniqueId and papcclCommGrow (NCCL's arguments: existing ranks
+ * pass comm and rank -1, the root of the grow also the id of ncclCommGetUniqueId, the others
+ * NULL; new ranks pass comm NULL, the id and their rank). Not implemented by papccl (each
+ * returns ncclInvalidUsage): suspending a communicator, window user pointers and one-sided
+ * puts and signals. ncclCommMemStats answers
  * ncclStatGpuMemSuspend and ncclStatGpuMemSuspended (0: papccl never suspends) and refuses
  * the two byte counts. */
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);

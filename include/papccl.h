@@ -196,6 +196,31 @@ PAPCCL_API papcclResult_t papcclCommRevoke(papcclComm_t comm, int revokeFlags);
 PAPCCL_API papcclResult_t papcclCommShrink(papcclComm_t comm, int* excludeRanksList,
                                            int excludeRanksCount, papcclComm_t* newcomm,
                                            papcclConfig_t* config, int shrinkFlags);
+/* The id of a grow of comm (NCCL 2.29's ncclCommGetUniqueId). One existing rank, the grow's
+ * root, calls it and sends the id to the new ranks by any means; it starts a fresh bootstrap
+ * root in this process for that one grow (PAPCCL_COMM_ID, the parent's address, is not used).
+ * Each id serves one papcclCommGrow: a second id before the first one's grow is
+ * papcclInvalidUsage, and a grow that fails uses it up too; destroying comm before its
+ * grow calls that grow off. Not on a revoked comm. */
+PAPCCL_API papcclResult_t papcclCommGetUniqueId(papcclComm_t comm, papcclUniqueId* uniqueId);
+/* Grows comm to nRanks ranks (NCCL 2.29's ncclCommGrow): comm's ranks keep their ranks and
+ * order, the new ones take ranks comm's size to nRanks - 1. Every rank calls it:
+ *   existing ranks other than the root: comm, uniqueId NULL, rank -1;
+ *   the root (the rank whose papcclCommGetUniqueId made the id): comm, &id, rank -1;
+ *   new ranks: comm NULL, &id, rank = its rank in the new comm (>= comm's size).
+ * The existing ranks agree over comm first: a mismatched nRanks, no id or another comm's id,
+ * a revoked comm or bad arguments on any of them fail it on all of them, and the new ranks
+ * with them (their root tells them why); a new rank that asks for a rank already taken or
+ * another nRanks fails every rank as well, as does a new rank that dies once it has reached
+ * the root (at once) or in the rendezvous after it (in about 0.5 s). One that never reaches
+ * the root is awaited until PAPCCL_TIMEOUT_S. On failure comm is as it was, and usable.
+ * The new comm takes each existing rank's PAP state (selector and arrival predictions); new
+ * ranks start without. config NULL: the parent's blocking mode (new ranks: blocking). Not
+ * inside a group. The new comm is complete (shrink, split, grow again) and comm stays valid
+ * until it is destroyed as usual. */
+PAPCCL_API papcclResult_t papcclCommGrow(papcclComm_t comm, int nRanks,
+                                         const papcclUniqueId* uniqueId, int rank,
+                                         papcclComm_t* newcomm, papcclConfig_t* config);
 /* The first asynchronous error of comm, or papcclInProgress while a non-blocking operation
  * is still running. Thread-safe; cheap enough to poll. */
 PAPCCL_API papcclResult_t papcclCommGetAsyncError(papcclComm_t comm, papcclResult_t* asyncError);

@@ -232,6 +232,74 @@ def shrink(group=None, exclude=(), abort=True):
     return dist.shrink_group(exclude, group=group, shrink_flags=flags)
 
 
+def grow_id(group=None):
+    """The id of a grow of ``group`` (default: the default group), as bytes: NCCL 2.29's
+    ``ncclCommGetUniqueId``. One rank of the group, the grow's root, calls it and hands the
+    bytes to the new processes by any means (a file, the launcher, a store of their own);
+    then every rank calls :func:`grow`. Each id serves one grow."""
+    return bytes(_papccl_group(group)._grow_id())
+
+
+def grow(size, uid=None, rank=None, timeout=None):
+    """Grows the default group to ``size`` ranks (NCCL 2.29's ``ncclCommGrow``) and makes
+    the grown group the default: the existing ranks keep their ranks, new ones come after.
+
+    On an existing rank: ``grow(size, uid)`` on the grow's root (``uid`` from
+    :func:`grow_id`), ``grow(size)`` on the others; the old default group's queued work
+    finishes first, then it and every other group are destroyed (as torch's
+    ``shrink_group`` does with the default group). In a new process, without
+    ``init_process_group``: ``grow(size, uid, rank=r)`` with ``r`` from the old size to
+    ``size - 1``. No store is needed (the new group gets one of this process's own, as
+    after a shrink without its store's host). ``timeout`` (a timedelta or seconds): the new
+    group's, by default the old one's (new ranks: 30 minutes). Returns the new group."""
+    c10d = dist.distributed_c10d
+    size = int(size)
+    if uid is not None:
+        uid = bytes(uid)
+    if rank is None:
+        if not dist.is_initialized():
+            raise RuntimeError("papccl grow: this process has no default group; a new process "
+                               "passes rank= (its rank in the grown group) and the id")
+        pg = c10d._get_default_group()
+        backend = _papccl_group(pg)
+        ms = backend.timeout_ms if timeout is None else _timeout_ms(timeout)
+        new = backend._grow(size, uid or b"", ms)
+        name, store = c10d._world.pg_map[pg]
+        c10d._destroy_all_other_groups(exclude_group=pg)
+        c10d._cleanup_original_group(pg, True)
+        del backend
+    else:
+        if dist.is_initialized():
+            raise RuntimeError("papccl grow: rank= is for a new process, but this one has a "
+                               "default group already (existing ranks pass no rank)")
+        if uid is None:
+            raise ValueError("papccl grow on new rank %d: a new rank needs the id (grow_id)"
+                             % int(rank))
+        new = _C.grow_new_rank(uid, int(rank), size, _timeout_ms(timeout))
+        store = None
+    return _default_group_of(new, size, store)
+
+
+def _default_group_of(backend, size, store):
+    """A torch ProcessGroup over ``backend``, registered as the default group."""
+    c10d = dist.distributed_c10d
+    if store is None or not _store_reachable(store):
+        store = dist.HashStore()
+    name = c10d._process_group_name(list(range(size)), use_hashed_name=True)
+    pg = c10d.ProcessGroup(c10d.PrefixStore(name + "/", store), backend.rank(), size)
+    kind = c10d.ProcessGroup.BackendType.CUSTOM
+    for device in (["cpu", "cuda"] if _C.cuda else ["cpu"]):
+        pg._register_backend(torch.device(device), kind, backend)
+    pg._set_default_backend(kind)
+    pg._set_group_name(name)
+    pg._set_group_desc("default:grown")
+    c10d._update_default_pg(pg)
+    c10d._register_pg_in_world(pg=pg, backend_name=BACKEND, store=store, group_name=name,
+                               backend_config=BACKEND,
+                               rank_mapping={r: r for r in range(size)})
+    return pg
+
+
 def save_trace(path, group=None, last=4096, op="allreduce", since_seq=-1):
     """Writes the arrival pattern of this group's last ``last`` collectives of kind ``op``
     (those whose every arrival this rank saw, and whose sequence number is above

@@ -19,7 +19,7 @@ static papcclResult_t initJobRun(struct papComm* comm, struct papJob* job) {
   return papCommInitRankInternal(comm, &job->id);
 }
 
-static papcclResult_t checkInitArgs(const char* fn, papcclComm_t* comm, int nranks, int rank,
+papcclResult_t papCommCheckInitArgs(const char* fn, papcclComm_t* comm, int nranks, int rank,
                                     const papcclUniqueId* id, const papcclConfig_t* config) {
   papLogSetContext(-1, NULL, 0);
   if (comm == NULL) {
@@ -60,7 +60,7 @@ PAPCCL_API papcclResult_t papcclCommInitRankConfig(papcclComm_t* newcomm, int nr
                                                    papcclUniqueId commId, int rank,
                                                    papcclConfig_t* config) {
   const char* fn = "papcclCommInitRank";
-  PAP_CHECK(checkInitArgs(fn, newcomm, nranks, rank, &commId, config));
+  PAP_CHECK(papCommCheckInitArgs(fn, newcomm, nranks, rank, &commId, config));
   papFaultCheckBuild();
   struct papComm* comm = NULL;
   PAP_CHECK(papCommAllocShell(rank, nranks, config, &comm));
@@ -88,15 +88,19 @@ PAPCCL_API papcclResult_t papcclCommInitRankConfig(papcclComm_t* newcomm, int nr
     *newcomm = comm;
     return papProgressSubmit(comm, job);
   }
-  papcclResult_t res = papCommInitRankInternal(comm, &commId);
+  return papCommInitShell(comm, &commId, newcomm);
+}
+
+papcclResult_t papCommInitShell(struct papComm* comm, const papcclUniqueId* id,
+                                struct papComm** commOut) {
+  papcclResult_t res = papCommInitRankInternal(comm, id);
+  papLogSetContext(-1, NULL, 0);
   if (res != papcclSuccess) {
-    papLogSetContext(-1, NULL, 0);
     papCommTeardown(comm);
     papCommFreeShell(comm);
     return res;
   }
-  papLogSetContext(-1, NULL, 0);
-  *newcomm = comm;
+  *commOut = comm;
   return papcclSuccess;
 }
 

@@ -243,6 +243,8 @@ out:
 }
 
 void papCommTeardown(struct papComm* comm) {
+  if (comm->growIdPending) papBootstrapCancelGrow(&comm->growId); /* its root: ends now */
+  comm->growIdPending = 0;
   papHierFree(comm, papCommAborted(comm));
   papProgressStop(comm);
   papDeviceCommFree(comm);

@@ -22,6 +22,16 @@ void papCommTeardown(struct papComm* comm);
 /* A child comm whose bootstrap is connected: the rest of its setup (split and shrink). */
 papcclResult_t papCommChildSetup(struct papComm* parent, struct papComm* child);
 
+/* ---- comm_init.c ----------------------------------------------------------------------- */
+/* The arguments of an init (fn names the call in the WARN): output pointer, nranks, rank,
+ * config, id. */
+papcclResult_t papCommCheckInitArgs(const char* fn, papcclComm_t* comm, int nranks, int rank,
+                                    const papcclUniqueId* id, const papcclConfig_t* config);
+/* A blocking init of the shell comm through id: *commOut = comm, or comm freed on failure
+ * (the log context is reset either way). */
+papcclResult_t papCommInitShell(struct papComm* comm, const papcclUniqueId* id,
+                                struct papComm** commOut);
+
 /* ---- comm_destroy.c -------------------------------------------------------------------- */
 /* No operation of comm runs or waits to run, but the caller's own call. */
 int papCommQuiescent(struct papComm* comm);

@@ -38,6 +38,11 @@ void papArrivalDrainBoard(struct papComm* comm);
 /* The bytes of each rank's flat area the transport maps (the same on every rank:
  * PAPCCL_FLAT_MAX_BYTES; flat.c). */
 size_t papFlatAreaBytes(int nranks);
+/* What a rank learnt of its arrivals carries over to its rank of a grown comm
+ * (papcclCommGrow): the selector's buckets (measured skews, gaps, tails and modes; not a
+ * message board's call counts, which every rank of the new comm must count alike from zero)
+ * and the predicted waits. The caller holds parent's progress lock; child is not in use. */
+void papArrivalInherit(struct papComm* child, const struct papComm* parent);
 /* papcclCommGetPapStats's figures (papcclInvalidUsage before the comm is up). */
 papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats);
 

@@ -330,3 +330,23 @@ papcclResult_t papArrivalStats(struct papComm* comm, papcclPapStats* stats) {
   pthread_mutex_unlock(&comm->progressLock);
   return papcclSuccess;
 }
+
+void papArrivalInherit(struct papComm* child, const struct papComm* parent) {
+  struct papArrivalState* to = child->arrival;
+  const struct papArrivalState* from = parent->arrival;
+  if (to == NULL || from == NULL) return;
+  /* The selector's measurements and modes are this rank's own. A message board's call
+   * counts and agreed plan kind must be the same on every rank of the new comm, and its new
+   * ranks start at zero: so do these. */
+  memcpy(to->buckets, from->buckets, sizeof(to->buckets));
+  for (int c = 0; c < PAP_SEL_COLLS; c++) {
+    for (int b = 0; b < PAP_SEL_BUCKETS; b++) {
+      to->buckets[c][b].calls = 0;
+      to->buckets[c][b].agreedPap = 0;
+    }
+  }
+  memcpy(to->waitEma, from->waitEma, sizeof(to->waitEma));
+  memcpy(to->waitDev, from->waitDev, sizeof(to->waitDev));
+  memcpy(to->waitSamples, from->waitSamples, sizeof(to->waitSamples));
+  memcpy(to->recentSig, from->recentSig, sizeof(to->recentSig));
+}

@@ -62,8 +62,28 @@ void papBootstrapDestroy(struct papBootstrap* bs) {
   free(bs);
 }
 
+/* A grow's root refused the rendezvous (PAP_BOOTSTRAP_MSG_ROOT_REFUSE). */
+static int isRefusal(const unsigned char* hdr, const unsigned char* key) {
+  char why[PAP_BS_WHY_LEN];
+  return papBootstrapCheckHdr(hdr, key, PAP_BOOTSTRAP_MSG_ROOT_REFUSE,
+                              PAP_BOOTSTRAP_ROOT_REFUSE_BYTES, 0, 0, why, sizeof(why)) == 0;
+}
+
+/* Reads the refusal's reason and fails with its code. */
+static papcclResult_t rootRefused(struct papBootstrap* bs, int fd, const char* rootStr,
+                                  uint64_t deadlineNs, const char* what) {
+  unsigned char p[PAP_BOOTSTRAP_ROOT_REFUSE_BYTES];
+  PAP_CHECK(papSocketRecvAll(fd, p, sizeof(p), deadlineNs, bs->abortFlag, what));
+  p[sizeof(p) - 1] = 0;
+  papcclResult_t code = (papcclResult_t)bsGet32(p);
+  if (code == papcclSuccess || code > papcclRemoteError) code = papcclRemoteError;
+  PAP_WARN("bootstrap rank %d of %d: the grow's root %s refused the rendezvous: %s", bs->rank,
+           bs->nranks, rootStr, (const char*)p + 4);
+  return code;
+}
+
 /* Sends this rank's hello to the root and receives every rank's listener address. */
-static papcclResult_t rootExchange(struct papBootstrap* bs, const union papSockAddr* root,
+static papcclResult_t rootExchange(struct papBootstrap* bs, const union papSockAddr* root, int grow,
                                    uint64_t deadlineNs) {
   papcclResult_t res = papcclSuccess;
   unsigned char msg[PAP_BS_HDR + PAP_BOOTSTRAP_ROOT_HELLO_BYTES];
@@ -76,9 +96,17 @@ static papcclResult_t rootExchange(struct papBootstrap* bs, const union papSockA
   int fd = -1;
 
   papSocketAddrToString(root, rootStr, sizeof(rootStr));
-  snprintf(what, sizeof(what), "rank %d of %d connecting to the bootstrap root %s", bs->rank,
-           bs->nranks, rootStr);
-  PAP_CHECK(papSocketConnect(root, deadlineNs, bs->abortFlag, what, &fd));
+  if (grow) {
+    /* A grow's root listens before its id exists: a refusal means it has ended (it refused
+     * the rendezvous, or its process is gone), not that it is not up yet. */
+    snprintf(what, sizeof(what), "rank %d of %d joining the grow at its root %s (it has ended)",
+             bs->rank, bs->nranks, rootStr);
+    PAP_CHECK(papSocketConnectListening(root, deadlineNs, bs->abortFlag, what, &fd));
+  } else {
+    snprintf(what, sizeof(what), "rank %d of %d connecting to the bootstrap root %s", bs->rank,
+             bs->nranks, rootStr);
+    PAP_CHECK(papSocketConnect(root, deadlineNs, bs->abortFlag, what, &fd));
+  }
   papBootstrapPackHdr(msg, PAP_BOOTSTRAP_MSG_ROOT_HELLO, PAP_BOOTSTRAP_ROOT_HELLO_BYTES, 0, 0,
                       bs->key);
   papBootstrapPackRootHello(msg + PAP_BS_HDR, bs->rank, bs->nranks, &bs->addrs[bs->rank]);
@@ -86,11 +114,16 @@ static papcclResult_t rootExchange(struct papBootstrap* bs, const union papSockA
            bs->nranks, rootStr);
   PAP_CHECK_GOTO(papSocketSendAll(fd, msg, sizeof(msg), deadlineNs, bs->abortFlag, what), res,
                  out_close);
+  PAP_FAULT(PAP_FAULT_HELLO, bs->rank, bs->abortFlag);
   snprintf(what, sizeof(what),
            "rank %d of %d waiting for the address table from the bootstrap root %s", bs->rank,
            bs->nranks, rootStr);
   PAP_CHECK_GOTO(papSocketRecvAll(fd, msg, PAP_BS_HDR, deadlineNs, bs->abortFlag, what), res,
                  out_close);
+  if (isRefusal(msg, bs->key)) {
+    res = rootRefused(bs, fd, rootStr, deadlineNs, what);
+    goto out_close;
+  }
   if (papBootstrapCheckHdr(msg, bs->key, PAP_BOOTSTRAP_MSG_ADDR_TABLE, PAP_BS_KEY_BYTES + tableLen,
                            0, 0, why, sizeof(why))) {
     PAP_WARN("bootstrap rank %d: bad reply from the root %s: %s", bs->rank, rootStr, why);
@@ -146,13 +179,14 @@ papcclResult_t papBootstrapInit(const papcclUniqueId* id, int rank, int nranks,
     else
       any.sin6.sin6_port = root.sin6.sin6_port;
     PAP_CHECK_GOTO(papBootstrapRandomKey(commKey), res, out_destroy);
-    PAP_CHECK_GOTO(papBootstrapRootStart(&any, 1, body.key, commKey, timeoutS, bindDeadlineNs,
+    PAP_CHECK_GOTO(papBootstrapRootStart(&any, 1, 0, body.key, commKey, timeoutS, bindDeadlineNs,
                                          abortFlag, &any),
                    res, out_destroy);
     PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap rank 0: serving the root on %s",
              papSocketAddrToString(&any, str, sizeof(str)));
   }
-  PAP_CHECK_GOTO(rootExchange(bs, &root, deadlineNs), res, out_destroy);
+  PAP_CHECK_GOTO(rootExchange(bs, &root, (ntohl(body.flags) & BS_ID_FLAG_GROW) != 0, deadlineNs),
+                 res, out_destroy);
   PAP_FAULT(PAP_FAULT_BOOTSTRAP, rank, abortFlag);
   PAP_CHECK_GOTO(
       papBootstrapRingConnect(bs, bs->addrs, bs->listenFd, &bs->listenAddr, NULL, deadlineNs), res,

@@ -23,6 +23,18 @@ struct papBootstrap; /* opaque; one per communicator rank */
  * key is derived from the address string, so every rank computes the same id). */
 papcclResult_t papBootstrapGetUniqueId(papcclUniqueId* id);
 
+/* The id of a grow (papcclCommGetUniqueId): always a fresh root service in this process,
+ * whatever PAPCCL_COMM_ID says (that address is the parent's), and a strict one: a rank that
+ * joins with the id's key but a wrong call (a rank taken twice, another nranks) or a joined
+ * rank that leaves ends the rendezvous for every rank at once, each told why. */
+papcclResult_t papBootstrapGetGrowId(papcclUniqueId* id);
+/* 1 when id was made by papBootstrapGetGrowId. */
+int papBootstrapIdIsGrow(const papcclUniqueId* id);
+/* Calls off the rendezvous of a grow id whose root runs in this process (the grow's
+ * existing ranks failed their checks): the ranks waiting there fail at once. Nothing when
+ * the root has finished. */
+void papBootstrapCancelGrow(const papcclUniqueId* id);
+
 /* Checks that id looks like one papBootstrapGetUniqueId made (magic, version, root
  * address): papcclInvalidArgument with a WARN otherwise. */
 papcclResult_t papBootstrapCheckId(const papcclUniqueId* id);
@@ -96,8 +108,12 @@ enum papBootstrapMsgType {
   PAP_BOOTSTRAP_MSG_RING_HELLO = 3, /* rank -> next rank's listener */
   PAP_BOOTSTRAP_MSG_ALLGATHER = 4, /* one ring step of papBootstrapAllGather */
   PAP_BOOTSTRAP_MSG_BARRIER = 5, /* one ring step of papBootstrapBarrier */
-  PAP_BOOTSTRAP_MSG_PROBE = 6 /* "are you there": a waiting rank's look at its prev's listener */
+  PAP_BOOTSTRAP_MSG_PROBE = 6, /* "are you there": a waiting rank's look at its prev's listener */
+  PAP_BOOTSTRAP_MSG_ROOT_REFUSE = 7, /* grow root -> ranks: the rendezvous is off, and why */
+  PAP_BOOTSTRAP_MSG_ROOT_CANCEL = 8 /* grow's existing ranks -> their root: call it off */
 };
+/* Root refusal payload: result code u32, then the reason (NUL-terminated text). */
+#define PAP_BOOTSTRAP_ROOT_REFUSE_BYTES (4 + 160)
 
 void papBootstrapPackHdr(unsigned char hdr[PAP_BOOTSTRAP_HDR_BYTES], int type, uint64_t payloadLen,
                          uint32_t seq, uint32_t step, const unsigned char key[16]);

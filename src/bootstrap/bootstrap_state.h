@@ -14,6 +14,7 @@
 
 #define BS_ID_VERSION 1
 #define BS_ID_FLAG_RANK0_SERVES 0x1u /* PAPCCL_COMM_ID: rank 0's init runs the root */
+#define BS_ID_FLAG_GROW 0x2u /* papcclCommGetUniqueId: a strict root for one grow */
 #define BS_RING_MAX_PENDING 64
 #define BS_PARKED_MAX 16
 #define BS_PROBE_NS 500000000ull /* a waiting rank looks at its prev this often */

@@ -8,9 +8,11 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "bootstrap_state.h"
 #include "check.h"
+#include "futex.h"
 #include "log.h"
 #include "param.h"
 
@@ -210,7 +212,7 @@ papcclResult_t papBootstrapGetUniqueId(papcclUniqueId* id) {
   } else {
     PAP_CHECK(papBootstrapRandomKey(body.key));
     PAP_CHECK(papSocketFindIfAddr(&addr, ifname, sizeof(ifname)));
-    PAP_CHECK(papBootstrapRootStart(&addr, 0, body.key, body.key, 0, 0, NULL, &addr));
+    PAP_CHECK(papBootstrapRootStart(&addr, 0, 0, body.key, body.key, 0, 0, NULL, &addr));
     PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap: root listening on %s (%s), key 0x%02x%02x%02x%02x...",
              papSocketAddrToString(&addr, str, sizeof(str)), ifname, body.key[0], body.key[1],
              body.key[2], body.key[3]);
@@ -219,4 +221,49 @@ papcclResult_t papBootstrapGetUniqueId(papcclUniqueId* id) {
   memset(id, 0, sizeof(*id));
   memcpy(id->internal, &body, sizeof(body));
   return papcclSuccess;
+}
+
+/* ---- Grow ids ---------------------------------------------------------------------------- */
+
+papcclResult_t papBootstrapGetGrowId(papcclUniqueId* id) {
+  struct bsId body;
+  union papSockAddr addr;
+  char str[PAP_SOCKET_ADDR_STRLEN];
+  memset(&body, 0, sizeof(body));
+  memcpy(body.magic, idMagic, sizeof(idMagic));
+  body.version = htonl(BS_ID_VERSION);
+  body.flags = htonl(BS_ID_FLAG_GROW);
+  PAP_CHECK(papBootstrapRandomKey(body.key));
+  PAP_CHECK(papSocketFindIfAddr(&addr, NULL, 0));
+  PAP_CHECK(papBootstrapRootStart(&addr, 0, 1, body.key, body.key, 0, 0, NULL, &addr));
+  PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap: grow root listening on %s, key 0x%02x%02x%02x%02x...",
+           papSocketAddrToString(&addr, str, sizeof(str)), body.key[0], body.key[1], body.key[2],
+           body.key[3]);
+  addrToBs(&addr, &body.root);
+  memset(id, 0, sizeof(*id));
+  memcpy(id->internal, &body, sizeof(body));
+  return papcclSuccess;
+}
+
+int papBootstrapIdIsGrow(const papcclUniqueId* id) {
+  struct bsId body;
+  memcpy(&body, id->internal, sizeof(body));
+  return memcmp(body.magic, idMagic, sizeof(idMagic)) == 0 &&
+         (ntohl(body.flags) & BS_ID_FLAG_GROW) != 0;
+}
+
+void papBootstrapCancelGrow(const papcclUniqueId* id) {
+  struct bsId body;
+  union papSockAddr root;
+  unsigned char hdr[PAP_BS_HDR];
+  int fd = -1;
+  if (papBootstrapDecodeId(id, &body, &root) != papcclSuccess) return;
+  /* The root runs in this process: it is there at once, or it has finished. */
+  if (papSocketConnectListening(&root, papNowNs() + 1000000000ull, NULL, "the grow's root", &fd) !=
+      papcclSuccess)
+    return;
+  papBootstrapPackHdr(hdr, PAP_BOOTSTRAP_MSG_ROOT_CANCEL, 0, 0, 0, body.key);
+  (void)papSocketSendAll(fd, hdr, sizeof(hdr), papNowNs() + 1000000000ull, NULL,
+                         "calling off the grow at its root");
+  close(fd);
 }

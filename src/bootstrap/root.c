@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Bootstrap root service: one detached thread per rendezvous collects every rank's hello
  * (validating each, dropping strangers), sends all ranks the address table, then exits. */
-#include "wire.h"
+#include "bootstrap_state.h"
 
 #include "alloc.h"
 #include "check.h"
@@ -28,6 +28,9 @@ struct rootState {
   unsigned char commKey[PAP_BS_KEY_BYTES]; /* handed to the ranks with the table */
   uint64_t deadlineNs;
   int64_t timeoutS;
+  int strict; /* a grow's root: a participant's bad message ends the rendezvous for all */
+  int refused; /* the strict root gave up: refusal holds what each participant is told */
+  unsigned char refusal[PAP_BS_HDR + PAP_BOOTSTRAP_ROOT_REFUSE_BYTES];
   int nranks; /* -1 until the first valid hello */
   int joined;
   int* rankFd; /* [nranks]; -1 until that rank's hello */
@@ -45,6 +48,11 @@ int papBootstrapActiveRoots(void) {
   return __atomic_load_n(&activeRoots, __ATOMIC_ACQUIRE);
 }
 
+/* Pending connection i spoke with the id's key (a participant, not a stranger). */
+static int rootKeyed(const struct rootState* st, int i) {
+  return st->pending[i].got >= PAP_BS_HDR && keyEqual(st->pending[i].buf + BS_HDR_KEY, st->key);
+}
+
 static void rootFree(struct rootState* st) {
   char str[PAP_SOCKET_ADDR_STRLEN];
   char why[PAP_BS_WHY_LEN];
@@ -52,6 +60,11 @@ static void rootFree(struct rootState* st) {
     /* One last read, so that the WARN names what was wrong with it if anything was. */
     int h = papBootstrapHelloProgress(&st->pending[i], st->key, PAP_BOOTSTRAP_MSG_ROOT_HELLO,
                                       PAP_BOOTSTRAP_ROOT_HELLO_BYTES, why, sizeof(why));
+    if (st->refused && rootKeyed(st, i)) { /* a participant late to a refused grow: told so */
+      (void)!send(st->pending[i].fd, st->refusal, sizeof(st->refusal), MSG_DONTWAIT | MSG_NOSIGNAL);
+      close(st->pending[i].fd);
+      continue;
+    }
     if (h >= 0) {
       snprintf(why, sizeof(why), "%s",
                h > 0 ? "hello arrived after the root had finished"
@@ -80,6 +93,27 @@ static void rootDrop(struct rootState* st, int i, const char* why) {
            papSocketAddrToString(&st->pending[i].peer, str, sizeof(str)), why);
   close(st->pending[i].fd);
   st->pending[i] = st->pending[--st->nPending];
+}
+
+/* A strict root gives up: every rank that joined, and every connection that spoke with the
+ * id's key, gets the reason (best effort: one small non-blocking send each). */
+static void rootRefuse(struct rootState* st, papcclResult_t code, const char* why, int warn) {
+  unsigned char* msg = st->refusal;
+  const size_t len = sizeof(st->refusal);
+  st->refused = 1;
+  memset(msg, 0, len);
+  papBootstrapPackHdr(msg, PAP_BOOTSTRAP_MSG_ROOT_REFUSE, PAP_BOOTSTRAP_ROOT_REFUSE_BYTES, 0, 0,
+                      st->key);
+  bsPut32(msg + PAP_BS_HDR, (uint32_t)code);
+  snprintf((char*)msg + PAP_BS_HDR + 4, PAP_BOOTSTRAP_ROOT_REFUSE_BYTES - 4, "%s", why);
+  if (warn) /* a call-off is no news here: the ranks that called it off said why */
+    PAP_WARN("bootstrap root %s: rendezvous refused for every rank: %s", st->addrStr, why);
+  else
+    PAP_INFO(PAP_LOG_BOOTSTRAP, "bootstrap root %s: %s", st->addrStr, why);
+  for (int r = 0; st->rankFd != NULL && r < st->nranks; r++)
+    if (st->rankFd[r] >= 0) (void)!send(st->rankFd[r], msg, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  for (int i = 0; i < st->nPending; i++)
+    if (rootKeyed(st, i)) (void)!send(st->pending[i].fd, msg, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 /* Sizes the per-rank arrays once the first valid hello names nranks. */
@@ -151,9 +185,23 @@ static papcclResult_t rootTakeHello(struct rootState* st, int i) {
     st->pending[i] = st->pending[--st->nPending];
     return papcclSuccess;
   }
+  if (st->strict) { /* the id's key: a participant that got its call wrong */
+    rootRefuse(st, papcclInvalidArgument, why, 1);
+    return papcclInvalidArgument;
+  }
   rootDrop(st, i, why);
   return papcclSuccess;
 }
+
+/* Pending connection i is a grow's existing ranks calling it off. */
+static int rootCancelled(const struct rootState* st, int i) {
+  struct bsHdr h;
+  papBootstrapUnpackHdr(st->pending[i].buf, &h);
+  return h.type == PAP_BOOTSTRAP_MSG_ROOT_CANCEL;
+}
+
+static const char rootCancelWhy[] =
+    "the grow was called off by its existing ranks (their checks failed: see their logs)";
 
 /* Collects every rank's hello. 0 when all nranks joined; -1 when the rendezvous failed. */
 static int rootGather(struct rootState* st) {
@@ -200,11 +248,15 @@ static int rootGather(struct rootState* st) {
     for (int k = rankBase; k < n; k++) {
       if (st->pfds[k].revents == 0) continue;
       int rank = st->pfdRank[k - rankBase];
-      PAP_WARN(
-          "bootstrap root %s: rank %d (%s) closed its connection with %d of %d ranks "
-          "joined; giving up",
-          st->addrStr, rank, papSocketAddrToString(&st->rankPeer[rank], str, sizeof(str)),
-          st->joined, st->nranks);
+      snprintf(why, sizeof(why), "rank %d (%s) closed its connection with %d of %d ranks joined",
+               rank, papSocketAddrToString(&st->rankPeer[rank], str, sizeof(str)), st->joined,
+               st->nranks);
+      close(st->rankFd[rank]);
+      st->rankFd[rank] = -1;
+      if (st->strict)
+        rootRefuse(st, papcclRemoteError, why, 1);
+      else
+        PAP_WARN("bootstrap root %s: %s; giving up", st->addrStr, why);
       return -1;
     }
     /* Downwards, so that swap-removal only moves entries already handled. */
@@ -212,6 +264,13 @@ static int rootGather(struct rootState* st) {
       if (st->pfds[pendBase + i].revents == 0) continue;
       int h = papBootstrapHelloProgress(&st->pending[i], st->key, PAP_BOOTSTRAP_MSG_ROOT_HELLO,
                                         PAP_BOOTSTRAP_ROOT_HELLO_BYTES, why, sizeof(why));
+      if (h < 0 && st->strict && rootKeyed(st, i)) {
+        int cancel = rootCancelled(st, i);
+        close(st->pending[i].fd); /* the message was read: it closes quietly */
+        st->pending[i] = st->pending[--st->nPending];
+        rootRefuse(st, papcclInvalidUsage, cancel ? rootCancelWhy : why, !cancel);
+        return -1;
+      }
       if (h < 0)
         rootDrop(st, i, why);
       else if (h > 0 && rootTakeHello(st, i) != papcclSuccess)
@@ -289,7 +348,7 @@ static void* rootMain(void* arg) {
   return NULL;
 }
 
-papcclResult_t papBootstrapRootStart(const union papSockAddr* bindAddr, int reuseAddr,
+papcclResult_t papBootstrapRootStart(const union papSockAddr* bindAddr, int reuseAddr, int strict,
                                      const unsigned char* key, const unsigned char* commKey,
                                      int64_t timeoutS, uint64_t bindDeadlineNs,
                                      const volatile int* abortFlag, union papSockAddr* boundOut) {
@@ -302,6 +361,7 @@ papcclResult_t papBootstrapRootStart(const union papSockAddr* bindAddr, int reus
   PAP_CHECK(papCalloc(&st, 1));
   st->listenFd = -1;
   st->nranks = -1;
+  st->strict = strict;
   PAP_CHECK_GOTO(papCalloc(&st->pending, BS_ROOT_MAX_PENDING), res, out_free);
   PAP_CHECK_GOTO(papCalloc(&st->pfds, 1 + BS_ROOT_MAX_PENDING), res, out_free);
   PAP_CHECK_GOTO(

@@ -70,8 +70,10 @@ int papBootstrapHelloProgress(struct papBsHelloConn* c, const unsigned char* key
 /* Binds a listener on bindAddr (retrying while the port is in use until bindDeadlineNs or
  * *abortFlag; 0: one attempt) and starts a detached thread that serves one rendezvous for
  * key, hands commKey to the ranks with the address table, then exits (after timeoutS at
- * most; <= 0: PAPCCL_TIMEOUT_S). */
-papcclResult_t papBootstrapRootStart(const union papSockAddr* bindAddr, int reuseAddr,
+ * most; <= 0: PAPCCL_TIMEOUT_S). strict (a grow's root): a message with the id's key that
+ * is wrong (a rank taken twice, another nranks, a PAP_BOOTSTRAP_MSG_ROOT_CANCEL) or a joined
+ * rank that leaves ends the rendezvous for every rank with a PAP_BOOTSTRAP_MSG_ROOT_REFUSE. */
+papcclResult_t papBootstrapRootStart(const union papSockAddr* bindAddr, int reuseAddr, int strict,
                                      const unsigned char* key, const unsigned char* commKey,
                                      int64_t timeoutS, uint64_t bindDeadlineNs,
                                      const volatile int* abortFlag, union papSockAddr* boundOut);

@@ -74,6 +74,10 @@ struct papComm {
   int p2pAnyNext; /* the peer a receive from any source looks at first (round robin) */
   unsigned char key[16];
   uint64_t splitCount;
+  /* papcclCommGetUniqueId's id until the grow it serves (papcclCommGrow) has used it (under
+   * progressLock) */
+  papcclUniqueId growId;
+  int growIdPending;
 
   struct papBootstrap* bs;
   const struct papTransportOps* tops;

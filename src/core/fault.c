@@ -36,7 +36,7 @@ struct faultSpec {
   int64_t hits; /* matching hits so far (under faultLock) */
 };
 
-static const char* const pointNames[PAP_FAULT_NPOINTS] = {"bootstrap", "chunk", "commit"};
+static const char* const pointNames[PAP_FAULT_NPOINTS] = {"bootstrap", "chunk", "commit", "hello"};
 static const char* const actionNames[] = {"kill", "stall", "delay"};
 
 /* Parses an integer in [lo, hi] from [s, end). */
@@ -85,7 +85,8 @@ static int parseSpec(const char* s, const char* end, struct faultSpec* out) {
   for (int i = 0; i < PAP_FAULT_NPOINTS; i++)
     if (nameIs(p, pend, pointNames[i])) out->point = (enum papFaultPoint)i, found = 1;
   if (!found) {
-    PAP_WARN("PAPCCL_FAULT: unknown point '%.*s' (bootstrap, chunk or commit)", (int)(pend - p), p);
+    PAP_WARN("PAPCCL_FAULT: unknown point '%.*s' (bootstrap, chunk, commit or hello)",
+             (int)(pend - p), p);
     return -1;
   }
   while (colon != NULL) {

@@ -11,6 +11,7 @@
  *   POINT   bootstrap  in init, once this rank has met the root, before the ring is closed
  *           chunk      in a collective's plan, when a send or receive step completes
  *           commit     the PAP decider, just before it publishes the arrival commit
+ *           hello      in init, once this rank's hello is with the root, before its table
  *   rank=R  only communicator rank R (default: any rank)
  *   nth=K   the K-th time this process reaches the point with a matching rank (default 1);
  *           a spec fires once, so a communicator made after it works normally
@@ -27,6 +28,7 @@ enum papFaultPoint {
   PAP_FAULT_BOOTSTRAP = 0,
   PAP_FAULT_CHUNK,
   PAP_FAULT_COMMIT,
+  PAP_FAULT_HELLO,
   PAP_FAULT_NPOINTS
 };
 

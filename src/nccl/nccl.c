@@ -528,19 +528,17 @@ NCCL_ALIAS(ncclGroupSimulateEnd);
 
 /* ---- NCCL 2.29 and 2.30 additions (PyPI torch imports them) --------------------------------- */
 
-/* papccl cannot add ranks to a live communicator (build a new one with ncclCommInitRank*).
- * The id of ncclCommGetUniqueId serves only ncclCommGrow, so both refuse. */
+/* Growing a communicator (papcclCommGetUniqueId, papcclCommGrow: NCCL's semantics and
+ * arguments, include/papccl.h). */
 NCCL_EXPORT ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
-  (void)uniqueId;
-  return papNcclNotImplemented(comm, "ncclCommGetUniqueId", "growing a communicator");
+  return RES(papcclCommGetUniqueId(COMM(comm), (papcclUniqueId*)uniqueId));
 }
 NCCL_ALIAS(ncclCommGetUniqueId);
 
 NCCL_EXPORT ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId,
                                        int rank, ncclComm_t* newcomm, ncclConfig_t* config) {
-  (void)nRanks, (void)uniqueId, (void)rank, (void)config;
-  if (newcomm != NULL) *newcomm = NULL;
-  return papNcclNotImplemented(comm, "ncclCommGrow", "growing a communicator");
+  return RES(papcclCommGrow(COMM(comm), nRanks, (const papcclUniqueId*)uniqueId, rank,
+                            (papcclComm_t*)newcomm, (papcclConfig_t*)config));
 }
 NCCL_ALIAS(ncclCommGrow);
 

@@ -841,6 +841,61 @@ TEST(GpuColls, DeadRankReleasesTheStreamAndShrinkGoesOn) {
   }
 }
 
+// A 2-rank comm grows to 4 (two new ranks, threads with only the id; docs/FAULTS.md
+// section 5): device allreduces on the grown comm are exact (through the CUDA IPC arenas
+// where they are on), and the old comm still runs its own.
+TEST(GpuColls, GrowOnDeviceBuffers) {
+  ASSERT_EQ(cudaSuccess, cudaSetDevice(0));
+  ASSERT_EQ(cudaSuccess, cudaFree(nullptr));
+  papcclComm_t old[2] = {nullptr, nullptr};
+  int devs[2] = {0, 0};
+  ASSERT_EQ(papcclSuccess, papcclCommInitAll(old, 2, devs));
+  papcclUniqueId gid;
+  ASSERT_EQ(papcclSuccess, papcclCommGetUniqueId(old[0], &gid));
+  const int n = 4;
+  const size_t count = 1 << 20;
+  std::vector<std::thread> th;
+  for (int r = 0; r < n; r++) {
+    th.emplace_back([&, r] {
+      cudaSetDevice(0);
+      papcclComm_t g = nullptr;
+      papcclResult_t res = r < 2
+                               ? papcclCommGrow(old[r], n, r == 0 ? &gid : nullptr, -1, &g, nullptr)
+                               : papcclCommGrow(nullptr, n, &gid, r, &g, nullptr);
+      ASSERT_EQ(papcclSuccess, res)
+          << "rank " << r << ": " << papcclGetLastError(r < 2 ? old[r] : nullptr);
+      // The grown comm maps the CUDA IPC arenas as the old one did (all on this GPU).
+      EXPECT_EQ(papTestIpcOn(old[0]), papTestIpcOn(g)) << "rank " << r;
+      cudaStream_t st;
+      cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+      float* b = nullptr;
+      cudaMalloc(&b, count * 4);
+      std::vector<float> out(count);
+      for (int it = 0; it < 6; it++) {
+        // Even calls on the grown comm, odd ones on the old comm (old ranks only).
+        papcclComm_t c = it % 2 == 0 ? g : (r < 2 ? old[r] : nullptr);
+        if (c == nullptr) continue;
+        const int cn = c == g ? n : 2;
+        PC(papKernFillF32(b, count, (float)(r + 1 + it), 0.0f, st));
+        PC(papcclAllReduce(b, b, count, papcclFloat32, papcclSum, c, st));
+        CU(cudaStreamSynchronize(st));
+        CU(cudaMemcpy(out.data(), b, count * 4, cudaMemcpyDeviceToHost));
+        const float want = (float)(cn * (cn + 1) / 2 + cn * it);
+        EXPECT_TRUE(out[0] == want && out[count - 1] == want)
+            << "rank " << r << ", allreduce " << it << " on " << cn << " ranks: " << out[0]
+            << ", want " << want;
+      }
+      cudaFree(b);
+      cudaStreamDestroy(st);
+      EXPECT_EQ(papcclSuccess, papcclCommDestroy(g));
+    });
+  }
+  for (auto& t : th)
+    t.join();
+  EXPECT_EQ(papcclSuccess, papcclCommDestroy(old[0]));
+  EXPECT_EQ(papcclSuccess, papcclCommDestroy(old[1]));
+}
+
 // A child rank of DeadRankReleasesTheStreamAndShrinkGoesOn: one checked device allreduce;
 // then the last rank dies, the others' next one must fail and release their stream, and they
 // go on in a shrunk comm.

@@ -2,6 +2,7 @@
 /* Test shim for the communicator tests: wraps log, param and bootstrap internals in plain C. */
 #include "shim_comm.h"
 
+#include "arrival_int.h"
 #include "bootstrap.h"
 #include "comm.h"
 #include "fault.h"
@@ -72,4 +73,16 @@ int papTestFaultHookBuilt(void) {
 
 int papTestFaultParse(const char* spec) {
   return papFaultParseCount(spec);
+}
+
+void papTestCommPapState(void* comm, uint64_t* selSamplesOut, uint64_t* predictSamplesOut) {
+  const struct papArrivalState* ps = ((struct papComm*)comm)->arrival;
+  uint64_t sel = 0, pred = 0;
+  for (int c = 0; c < PAP_SEL_COLLS; c++)
+    for (int b = 0; b < PAP_SEL_BUCKETS; b++)
+      sel += ps->buckets[c][b].samples;
+  for (int k = 0; k < PAP_PREDICT_CONTEXTS; k++)
+    pred += ps->waitSamples[k];
+  *selSamplesOut = sel;
+  *predictSamplesOut = pred;
 }

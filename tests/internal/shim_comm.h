@@ -32,6 +32,9 @@ int64_t papTestCommParamRdMaxBytes(void);
 
 /* Bootstrap root service threads of this process still running. */
 int papTestCommActiveRoots(void);
+/* What a comm's rank has learnt of its arrivals (a papcclComm_t as void*): the selector's
+ * samples over every bucket, and the predicted waits' samples over every context. */
+void papTestCommPapState(void* comm, uint64_t* selSamplesOut, uint64_t* predictSamplesOut);
 
 /* Allreduces comm ran through its host hierarchy; -1 when comm has no hierarchy. */
 int64_t papTestCommHierOps(void* comm);

@@ -24,6 +24,7 @@
 
 #include "internal/shim_comm.h"
 #include "multirank/harness.h"
+#include "multirank/recovery.h"
 
 namespace papt {
 namespace {
@@ -31,37 +32,6 @@ namespace {
 class Shrink : public Test {};
 class Revoke : public Test {};
 class DumpState : public Test {};
-
-// count allreduces of rank+1+i on comm (rank r of n), each checked; sizes alternate between
-// a flat-sized, a medium and a large vector.
-void CheckedAllReduces(papcclComm_t comm, int r, int n, int count, const std::string& what) {
-  const size_t sizes[3] = {3, 4096, size_t(1) << 18};
-  std::vector<float> buf(sizes[2]);
-  for (int it = 0; it < count; it++) {
-    const size_t c = sizes[it % 3];
-    for (size_t i = 0; i < c; i++)
-      buf[i] = (float)(r + 1 + it);
-    ASSERT_EQ(papcclSuccess,
-              papcclAllReduce(buf.data(), buf.data(), c, papcclFloat32, papcclSum, comm, nullptr))
-        << what << ", allreduce " << it << ": " << papcclGetLastError(comm);
-    const float want = (float)(n * (n + 1) / 2 + n * it);
-    size_t bad = 0;
-    for (size_t i = 0; i < c; i++)
-      bad += buf[i] != want;
-    ASSERT_EQ(0u, bad) << what << ", allreduce " << it << " of " << c << ": got " << buf[0]
-                       << ", want " << want;
-  }
-}
-
-// Rank and size of comm.
-void ExpectShape(papcclComm_t comm, int rank, int n, const std::string& what) {
-  ASSERT_NE(nullptr, comm) << what;
-  int cn = -1, cr = -1;
-  EXPECT_EQ(papcclSuccess, papcclCommCount(comm, &cn));
-  EXPECT_EQ(papcclSuccess, papcclCommUserRank(comm, &cr));
-  EXPECT_EQ(n, cn) << what;
-  EXPECT_EQ(rank, cr) << what;
-}
 
 // Processes whose survivors end their comms themselves (a victim never returns).
 Options SurvivorOptions(double deadlineS = 120) {
@@ -154,10 +124,10 @@ constexpr int kKillTimeoutS = 60;
 // (which the noisy machines of the test runs must never reach by chance).
 constexpr double kDetectBoundS = 10;
 
-// Allreduces of count floats on comm until one fails (a peer died), for at most twice the
-// kill tests' timeout; returns how long the failing call took, its result in *res and its
-// start in *startOut.
-double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res, double* startOut);
+// CallUntilFailure (recovery.h) with the kill tests' limit.
+double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res, double* startOut) {
+  return papt::CallUntilFailure(comm, count, 2 * kKillTimeoutS, res, startOut);
+}
 
 TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
   const KillCase k = GetParam();
@@ -218,19 +188,6 @@ TEST_P(ShrinkKill, SurvivorsErrorShrinkAndGoOn) {
 
 const size_t kLarge = size_t(1) << 20;  // 4 MiB: the engine's plans
 
-double CallUntilFailure(papcclComm_t comm, size_t count, papcclResult_t* res, double* startOut) {
-  std::vector<float> buf(count, 1.0f);
-  double callS = 0;
-  *res = papcclSuccess;
-  const double start = NowS();
-  while (*res == papcclSuccess && NowS() - start < 2 * kKillTimeoutS) {
-    const double t0 = NowS();
-    *res = papcclAllReduce(buf.data(), buf.data(), count, papcclFloat32, papcclSum, comm, nullptr);
-    callS = NowS() - t0;
-    *startOut = t0;
-  }
-  return callS;
-}
 INSTANTIATE_TEST_SUITE_P(
     Phases, ShrinkKill,
     ::testing::Values(KillCase{"between_flat", nullptr, false, 16, 1, true},

@@ -24,6 +24,7 @@
 
 #include "internal/shim_comm.h"
 #include "multirank/harness.h"
+#include "multirank/recovery.h"
 #include "perf/arrival.h"
 
 namespace papt {
@@ -748,6 +749,39 @@ TEST_F(Ucx, KilledHostShrinkAndGoOnHostIds) {
 TEST_F(Ucx, KilledHostShrinkAndGoOnNetns) {
   PAPT_NEED_NETNS();
   KilledHostShrinkAndGoOn(HostKind::kNetns);
+}
+
+// The grow loop of docs/FAULTS.md section 5 (RunGrowLoop, test_grow.cc) across hosts over
+// UCX: each of its six processes (four ranks, two replacements) on a host of its own.
+void GrowLoopAcrossHosts(HostKind kind) {
+  std::unique_ptr<NetnsHosts> ns;
+  std::unique_ptr<ScopedEnv> rendezvous;
+  if (kind == HostKind::kNetns) {
+    ns.reset(new NetnsHosts(6));
+    ASSERT_TRUE(ns->ok()) << "netns-hosts.sh up failed (its output is above)";
+    rendezvous.reset(new ScopedEnv("PAPCCL_COMM_ID", NetnsHosts::Address(0) + ":29502"));
+  }
+  RunGrowLoop(kind == HostKind::kNetns ? "ucx-netns" : "ucx-hostids", [&](Rank& rk) {
+    std::string host = "ucx-test-host-" + std::to_string(rk.rank);
+    if (ns) {
+      ASSERT_TRUE(ns->Enter(rk.rank))
+          << "cannot enter namespace " << ns->Name(rk.rank) << ": " << strerror(errno);
+      host = ns->Name(rk.rank);
+    }
+    // For the life of this forked process (a ScopedEnv would end with this function).
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("PAPCCL_HOSTID", host.c_str(), 1);
+    papTestCommParamReset();
+  });
+}
+
+TEST_F(Ucx, GrowLoopHostIds) {
+  GrowLoopAcrossHosts(HostKind::kHostId);
+}
+
+TEST_F(Ucx, GrowLoopNetns) {
+  PAPT_NEED_NETNS();
+  GrowLoopAcrossHosts(HostKind::kNetns);
 }
 
 #endif  // PAPCCL_HAVE_UCX

@@ -20,6 +20,9 @@
  * Part 4: NCCL 2.32's host API: the nccl<Coll>Config collectives (algSelection honoured or
  *         refused), the parameter API, ncclSetEncryption and, where NVIDIA's
  *         nccl_device.h is there, ncclCommQueryProperties.
+ * Part 5: growing (NCCL 2.29): ranks 0..NRANKS-2 make a comm, rank 0 makes the grow's id
+ *         with ncclCommGetUniqueId and hands it to the last rank (a pipe), which joins with
+ *         ncclCommGrow(NULL, NRANKS, &id, NRANKS-1, ...); allreduces on the grown comm.
  * Prints "library: VERSION PATH" first (which libnccl answered) and "PASS" at the end; any
  * failed check prints "FAIL ..." and the exit status is 1. */
 #ifndef _GNU_SOURCE
@@ -604,6 +607,50 @@ static int api232Rank(ncclUniqueId* ids, int n, int r) {
 
 /* Prints every loaded object whose name holds "libnccl": one line, so the tests can see
  * that only one NCCL library is in the process. */
+/* ---- Part 5: growing ----------------------------------------------------------------------- */
+
+static int growPipe[2] = {-1, -1}; /* rank 0 -> the new rank: the grow's id */
+
+static int growRank(ncclUniqueId* ids, int n, int r) {
+  myRank = r;
+  ncclComm_t comm = NULL, grown = NULL;
+  ncclUniqueId gid;
+  if (r < n - 1) {
+    close(growPipe[0]);
+    NCCL_OK(ncclCommInitRank(&comm, n - 1, ids[0], r));
+    if (comm == NULL) return 1;
+    if (r == 0) {
+      NCCL_OK(ncclCommGetUniqueId(comm, &gid));
+      CHECK(write(growPipe[1], &gid, sizeof(gid)) == (ssize_t)sizeof(gid), "id to the new rank");
+    }
+    close(growPipe[1]);
+    NCCL_OK(ncclCommGrow(comm, n, r == 0 ? &gid : NULL, -1, &grown, NULL));
+  } else {
+    close(growPipe[1]);
+    size_t got = 0;
+    while (got < sizeof(gid)) {
+      ssize_t k = read(growPipe[0], (char*)&gid + got, sizeof(gid) - got);
+      if (k <= 0) return 3;
+      got += (size_t)k;
+    }
+    close(growPipe[0]);
+    NCCL_OK(ncclCommGrow(NULL, n, &gid, r, &grown, NULL));
+  }
+  if (grown == NULL) return 1;
+  int gn = -1, gr = -1;
+  NCCL_OK(ncclCommCount(grown, &gn));
+  NCCL_OK(ncclCommUserRank(grown, &gr));
+  CHECK(gn == n && gr == r, "grown comm: rank %d of %d, want %d of %d", gr, gn, r, n);
+  for (int it = 0; it < 10 && failures == 0; it++) {
+    float v = (float)(r + it);
+    NCCL_OK(ncclAllReduce(&v, &v, 1, ncclFloat, ncclSum, grown, NULL));
+    CHECK(v == (float)(n * (n - 1) / 2 + n * it), "grown comm: allreduce %g", v);
+  }
+  NCCL_OK(ncclCommDestroy(grown));
+  if (comm) NCCL_OK(ncclCommDestroy(comm));
+  return failures ? 1 : 0;
+}
+
 static int listNccl(struct dl_phdr_info* info, size_t size, void* arg) {
   (void)size, (void)arg;
   if (info->dlpi_name != NULL && strstr(info->dlpi_name, "libnccl") != NULL)
@@ -637,6 +684,8 @@ int main(int argc, char** argv) {
   printf("recovery: %d ranks, one killed, ok\n", n);
   if (forkRanks(n, 1, -1, api232Rank) != 0) return 1;
   printf("NCCL 2.32 host API: %d ranks ok\n", n);
+  if (pipe(growPipe) != 0 || forkRanks(n, 1, -1, growRank) != 0) return 1;
+  printf("grow: %d ranks to %d ok\n", n - 1, n);
   printf("PASS\n");
   return 0;
 }

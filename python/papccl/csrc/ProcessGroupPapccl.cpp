@@ -459,21 +459,60 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupPapccl::shrink(
   papcclResult_t r =
       papcclCommShrink(comm_, const_cast<int*>(exclude.data()), (int)exclude.size(), &child,
                        nullptr, abort ? PAPCCL_SHRINK_ABORT : PAPCCL_SHRINK_DEFAULT);
-  std::string why;
+  endReshape("shrink", r);
   int crank = -1, csize = -1;
-  if (r == papcclSuccess) {
-    papcclCommUserRank(child, &crank);
-    papcclCommCount(child, &csize);
-  } else {
+  papcclCommUserRank(child, &crank);
+  papcclCommCount(child, &csize);
+  return c10::make_intrusive<ProcessGroupPapccl>(child, crank, csize, newTimeout);
+}
+
+void ProcessGroupPapccl::endReshape(const char* op, papcclResult_t r) {
+  std::string why;
+  if (r != papcclSuccess)
     why = std::string(papcclGetErrorString(r)) + ": " + papcclGetLastError(comm_);
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     shrinking_ = false;
   }
   watchCv_.notify_all();
-  if (r != papcclSuccess) fail("shrink", why);
-  return c10::make_intrusive<ProcessGroupPapccl>(child, crank, csize, newTimeout);
+  if (r != papcclSuccess) fail(op, why);
+}
+
+std::string ProcessGroupPapccl::growId() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) fail("grow_id", "the group's communicator was aborted: " + brokenWhy_);
+  }
+  papcclUniqueId id;
+  papcclResult_t r = papcclCommGetUniqueId(comm_, &id);
+  if (r != papcclSuccess)
+    fail("grow_id", std::string(papcclGetErrorString(r)) + ": " + papcclGetLastError(comm_));
+  return std::string(id.internal, sizeof(id.internal));
+}
+
+c10::intrusive_ptr<ProcessGroupPapccl> ProcessGroupPapccl::grow(int size, const std::string& uid,
+                                                                std::chrono::milliseconds timeout) {
+  papcclUniqueId id;
+  if (!uid.empty()) {
+    if (uid.size() != sizeof(id.internal))
+      fail("grow", "the id has " + std::to_string(uid.size()) + " bytes, expected " +
+                       std::to_string(sizeof(id.internal)));
+    std::memcpy(id.internal, uid.data(), sizeof(id.internal));
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (aborted_) fail("grow", "the group's communicator was aborted: " + brokenWhy_);
+    if (shrinking_) fail("grow", "a shrink or grow of this group is running");
+    if (coalescing_) fail("grow", "called while coalescing");
+    // Its queued work goes first (every rank issues the same calls).
+    watchCv_.wait(lock, [&] { return (queue_.empty() && !running_) || aborted_; });
+    if (aborted_) fail("grow", "the group's communicator was aborted: " + brokenWhy_);
+    shrinking_ = true;
+  }
+  papcclComm_t child = nullptr;
+  papcclResult_t r = papcclCommGrow(comm_, size, uid.empty() ? nullptr : &id, -1, &child, nullptr);
+  endReshape("grow", r);
+  return c10::make_intrusive<ProcessGroupPapccl>(child, rank_, size, timeout);
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupPapccl::split(

@@ -189,6 +189,15 @@ class ProcessGroupPapccl : public c10d::Backend {
                                            int shrinkFlags,
                                            const c10::intrusive_ptr<Options>& opts) override;
 
+  // papcclCommGetUniqueId: the id of a grow of this group (its bytes), for this rank to hand
+  // to the new processes.
+  std::string growId();
+  // papcclCommGrow on an existing rank: a group of `size` ranks, this group's first (in
+  // their order) and new ones after them; uid: the id of growId on the grow's root, empty on
+  // the other ranks. This group finishes its queued work first and stays usable.
+  c10::intrusive_ptr<ProcessGroupPapccl> grow(int size, const std::string& uid,
+                                              std::chrono::milliseconds timeout);
+
   // PAP telemetry: the cumulative statistics and the last `last` arrival records.
   papcclPapStats papStats();
   std::vector<ArrivalRecord> arrivalHistory(size_t last);
@@ -214,6 +223,9 @@ class ProcessGroupPapccl : public c10d::Backend {
   void recordArrival(const char* name);
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   [[noreturn]] void fail(const char* op, const std::string& what) const;
+  // The end of a shrink or grow (r: its result): the watchdog may use comm_ again; a
+  // failure raises, naming op and papccl's reason.
+  void endReshape(const char* op, papcclResult_t r);
 
   papcclComm_t comm_ = nullptr;
   std::atomic<int64_t> timeoutMs_;
@@ -230,7 +242,8 @@ class ProcessGroupPapccl : public c10d::Backend {
   std::chrono::milliseconds runningTimeout_{0};
   std::string runningName_;
   bool aborted_ = false;  // comm_ was aborted or destroyed (freed): nothing may touch it
-  bool shrinking_ = false;  // a shrink uses comm_ outside mu_: the watchdog must not free it
+  bool shrinking_ =
+      false;  // a shrink or grow uses comm_ outside mu_: the watchdog must not free it
   c10d::ErrorType error_ = c10d::ErrorType::SUCCESS;
 #if defined(PAPCCL_TORCH_CUDA)
   std::unordered_map<c10::DeviceIndex, c10::cuda::CUDAStream> streams_;  // per device, under mu_

@@ -55,6 +55,25 @@ py::dict statsDict(const papcclPapStats& s) {
   return d;
 }
 
+// A new rank of a grow (papcclCommGrow with no comm): its group of `size`.
+c10::intrusive_ptr<ProcessGroupPapccl> growNewRank(const std::string& uid, int rank, int size,
+                                                   int64_t timeoutMs) {
+  papcclUniqueId id;
+  TORCH_CHECK(uid.size() == sizeof(id.internal), "papccl grow on new rank ", rank, ": the id has ",
+              uid.size(), " bytes, expected ", sizeof(id.internal));
+  std::memcpy(id.internal, uid.data(), sizeof(id.internal));
+  papcclComm_t comm = nullptr;
+  papcclResult_t r;
+  {
+    py::gil_scoped_release nogil;
+    r = papcclCommGrow(nullptr, size, &id, rank, &comm, nullptr);
+  }
+  TORCH_CHECK(r == papcclSuccess, "papccl grow on new rank ", rank, " of ", size,
+              " failed: ", papcclGetErrorString(r), ": ", papcclGetLastError(nullptr));
+  return c10::make_intrusive<ProcessGroupPapccl>(comm, rank, size,
+                                                 std::chrono::milliseconds(timeoutMs));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_papccl_torch, m) {
@@ -69,6 +88,8 @@ PYBIND11_MODULE(_papccl_torch, m) {
                 ": ", papcclGetLastError(nullptr));
     return py::bytes(id.internal, sizeof(id.internal));
   });
+  m.def("grow_new_rank", &growNewRank, py::arg("unique_id"), py::arg("rank"), py::arg("size"),
+        py::arg("timeout_ms"));
 #if defined(PAPCCL_TORCH_CUDA)
   m.attr("cuda") = true;  // this build takes CUDA tensors
 #else
@@ -115,6 +136,14 @@ PYBIND11_MODULE(_papccl_torch, m) {
           py::arg("last"))
       .def("_abort", &ProcessGroupPapccl::abortComm, py::arg("why"),
            py::call_guard<py::gil_scoped_release>())
+      .def("_grow_id", [](ProcessGroupPapccl& pg) { return py::bytes(pg.growId()); })
+      .def(
+          "_grow",
+          [](ProcessGroupPapccl& pg, int size, const std::string& uid, int64_t timeoutMs) {
+            py::gil_scoped_release nogil;
+            return pg.grow(size, uid, std::chrono::milliseconds(timeoutMs));
+          },
+          py::arg("size"), py::arg("unique_id"), py::arg("timeout_ms"))
       // new_group on a default group bound to a device (init_process_group(device_id=...)):
       // torch hands the members' creator the parent as split_from (papccl.torch then calls
       // _split) and has every other rank call perform_nocolor_split, as it does for NCCL's.
