@@ -210,14 +210,15 @@ static papcclResult_t awaitLines(struct papComm* comm, const struct papOpDesc* o
     PAP_CHECK(papWaitCheck(&w, now));
     if (papWaitHealthDue(&w, now)) {
       papDiagUpdate(comm, &w, seen);
+      /* A peer that runs this collective on the board made another call; asked first, as it
+       * may since have ended its comm on that mismatch, which is then the cause to name. */
+      if (papArrivalPoll(comm, PAP_POLL_MISMATCH, &w, NULL) != papcclSuccess) return mismatch(comm);
       for (int p = 0; p < n; p++) {
         if (seen[p] || comm->tops->live->peerAlive(comm->tstate, p)) continue;
         PAP_WARN("allreduce #%llu on rank %d: rank %d (%s) exited before it arrived",
                  (unsigned long long)c->cseq, me, p, papCommPidText(comm, p).s);
         return papcclRemoteError;
       }
-      /* A peer that runs this collective on the board made another call. */
-      if (papArrivalPoll(comm, PAP_POLL_MISMATCH, &w, NULL) != papcclSuccess) return mismatch(comm);
     }
     if (papWaitSpin(&w, now)) continue;
     if (!described) { /* named only when the wait may last (a timeout names it) */
