@@ -88,6 +88,7 @@ exec)
   shift 3
   # A fresh UTS namespace per command, always given the same name: every process of host H
   # (ranks, MPI daemons) sees the host name PREFIX-hH, and no namespace outlives its processes.
+  # shellcheck disable=SC2016 # $0 and $@ are the inner shell's
   exec ip netns exec "$prefix-h$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' \
     "$prefix-h$h" "$@"
   ;;

@@ -4,6 +4,7 @@
 # scripts/bench-hosts.sh (between hosts): where each one is installed, its version, and its
 # comparison driver built with its own compiler wrapper. Needs $root (the repository).
 #   PEERS: where scripts/setup-peers.sh put the wheels (default <cache>/papccl/peers)
+: "${root:?peers.sh: set root to the repository first}"
 PEERS=${PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/papccl/peers}
 declare -A mpi_prefix=([openmpi5]="$PEERS/openmpi5" [mpich5]="$PEERS/mpich5" [openmpi4]=/usr)
 

@@ -41,20 +41,19 @@ else
   bad "2 x 2: rc $rc, $rows rows:"
   cat "$tmp/good.txt"
 fi
+# failed NAME LIB WHAT: the run NAME must exit 1 and say FAIL for LIB.
+failed() {
+  if [ "$rc" = 1 ] && grep -q "^# FAIL: $2" "$tmp/$1.txt"; then
+    ok "$3: FAIL, exit 1"
+  else
+    bad "$3: rc $rc:"
+    cat "$tmp/$1.txt"
+  fi
+}
 OMPI_MCA_pml=cm bench peerfail
 rc=$?
-if [ "$rc" = 1 ] && grep -q '^# FAIL: openmpi5' "$tmp/peerfail.txt"; then
-  ok "a failed Open MPI run: FAIL, exit 1"
-else
-  bad "a failed Open MPI run: rc $rc:"
-  cat "$tmp/peerfail.txt"
-fi
+failed peerfail openmpi5 "a failed Open MPI run"
 PAPCCL_FAULT=kill@chunk:rank=1:nth=3 PAPCCL_TIMEOUT_S=30 bench papfail --libs papccl
 rc=$?
-if [ "$rc" = 1 ] && grep -q '^# FAIL: papccl' "$tmp/papfail.txt"; then
-  ok "a papccl rank killed: FAIL, exit 1"
-else
-  bad "a papccl rank killed: rc $rc:"
-  cat "$tmp/papfail.txt"
-fi
+failed papfail papccl "a papccl rank killed"
 exit $((fails > 0))
