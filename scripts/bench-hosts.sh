@@ -115,7 +115,16 @@ if [ -z "$out" ]; then
   keep=0
 fi
 mkdir -p "$out"
+# kill_tree PID: PID and every process under it (an MPI launcher's daemons and ranks).
+kill_tree() {
+  local c
+  for c in $(pgrep -P "$1"); do kill_tree "$c"; done
+  kill -TERM "$1" 2>/dev/null || true
+}
 cleanup() {
+  # Interrupted: the run under way ends too, before its hosts go.
+  local c
+  for c in $(pgrep -P $$); do kill_tree "$c"; done
   scripts/netns-hosts.sh down "$prefix" || true
   [ "$keep" = 1 ] || rm -rf "$out"
 }
