@@ -10,9 +10,15 @@
 #        scripts/netns-hosts.sh down PREFIX    removes every namespace named PREFIX-*
 #        scripts/netns-hosts.sh cut PREFIX H   takes host H's link down (a cut cable)
 #        scripts/netns-hosts.sh heal PREFIX H  brings it back up
+#        scripts/netns-hosts.sh exec PREFIX H CMD...  runs CMD on host H: in its network
+#                                                namespace and a UTS namespace of its own whose
+#                                                host name is PREFIX-hH (so MPI launchers and
+#                                                UCX see one node per host, as on real hosts)
 #        scripts/netns-hosts.sh check          exit 0 when this machine can do the above
-#                                                (root, iproute2, network namespaces, veth)
-# Run a command on host h: ip netns exec PREFIX-hh CMD  (needs root, as all of the above).
+#                                                (root, iproute2, util-linux's unshare,
+#                                                network and UTS namespaces, veth)
+# The host names resolve nowhere: address hosts by their 10.99.0.x. All of the above needs
+# root. `ip netns exec PREFIX-hH CMD` also runs CMD on host H, under this machine's name.
 # Namespace names are PREFIX-sw and PREFIX-hN; PREFIX must be at most 20 characters of
 # [A-Za-z0-9_.-].
 set -euo pipefail
@@ -32,10 +38,13 @@ check)
   command -v ip >/dev/null || die "needs iproute2 (ip)"
   probe="papccl-probe-$$"
   ip netns add "$probe" 2>/dev/null || die "cannot create a network namespace here"
+  command -v unshare >/dev/null || die "needs util-linux's unshare"
   ok=1
   ip -n "$probe" link add va type veth peer name vb 2>/dev/null || ok=0
+  ip netns exec "$probe" unshare --uts hostname "$probe" 2>/dev/null || ok=2
   ip netns del "$probe"
   [ "$ok" = 1 ] || die "cannot create veth pairs here"
+  [ "$ok" != 2 ] || die "cannot give a namespace its own host name (unshare --uts)"
   echo "netns-hosts: ok"
   ;;
 up)
@@ -70,6 +79,19 @@ down)
     case "$ns" in "$prefix"-*) ip netns del "$ns" || true ;; esac
   done
   ;;
+exec)
+  prefix=${2:-}
+  h=${3:-}
+  valid_prefix "$prefix"
+  [[ "$h" =~ ^[0-9]+$ ]] || die "bad host '$h'"
+  [ $# -ge 4 ] || die "exec: no command"
+  shift 3
+  # A fresh UTS namespace per command, always given the same name: every process of host H
+  # (ranks, MPI daemons) sees the host name PREFIX-hH, and no namespace outlives its processes.
+  # shellcheck disable=SC2016 # $0 and $@ are the inner shell's
+  exec ip netns exec "$prefix-h$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' \
+    "$prefix-h$h" "$@"
+  ;;
 cut | heal)
   prefix=${2:-}
   h=${3:-}
@@ -80,7 +102,7 @@ cut | heal)
   ip -n "$prefix-h$h" link set eth0 "$state"
   ;;
 *)
-  sed -n '3,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
   ;;
 esac

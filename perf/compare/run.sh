@@ -49,19 +49,13 @@ fails=$OUT/failed.tsv
 : >"$fails"
 cpus=$(nproc)
 
-# mpi_driver NAME PREFIX: builds the loop against one MPI with its own compiler wrapper.
-mpi_driver() {
-  [ -x "$OUT/bin/mpi_cmp-$1" ] && return 0
-  "$2/bin/mpicc" -O2 -o "$OUT/bin/mpi_cmp-$1" "$root/perf/compare/mpi_cmp.c" \
-    "$root/perf/compare/bench_loop.c" "$root/perf/arrival.c" -lm
-}
+# shellcheck source=perf/compare/peers.sh
+. "$root/perf/compare/peers.sh" # mpi_prefix, peer_version, peer_driver
 root_args=()
 [ "$(id -u)" = 0 ] && root_args=(--allow-run-as-root)
 # Each peer as its documentation has it for one host: Open MPI's shared-memory BTL (sm in
 # 5.x, vader in 4.x) with --oversubscribe (it then yields when idle); MPICH's defaults (its
 # shared memory within a host; it yields every MPIR_CVAR_POLLS_BEFORE_YIELD polls).
-PEERS=${PEERS:-$cache/peers}
-declare -A mpi_prefix=([openmpi5]="$PEERS/openmpi5" [mpich5]="$PEERS/mpich5" [openmpi4]=/usr)
 declare -A mpi_launch=(
   [openmpi5]="mpirun ${root_args[*]} --oversubscribe --mca btl self,sm -np"
   [openmpi4]="mpirun ${root_args[*]} --oversubscribe --mca btl self,vader -np"
@@ -72,17 +66,11 @@ settings() { # printed under the table
     case $lib in
     openmpi5 | openmpi4 | mpich5)
       [ -x "${mpi_prefix[$lib]}/bin/mpicc" ] &&
-        echo "# $lib: $(version "$lib"): ${mpi_launch[$lib]} N" ;;
+        echo "# $lib: $(peer_version "$lib"): ${mpi_launch[$lib]} N" ;;
     torch-gloo) echo "# torch-gloo: torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null), init_process_group(\"gloo\"), one thread per rank" ;;
     gloo-*) echo "# $lib: Debian libgloo, TCP on loopback" ;;
     esac
   done
-}
-version() {
-  case $1 in
-  mpich5) "${mpi_prefix[$1]}/bin/mpichversion" 2>/dev/null | awk '/MPICH Version/ { print "MPICH " $3 }' ;;
-  *) "${mpi_prefix[$1]}/bin/ompi_info" 2>/dev/null | awk '/Open MPI:/ { print "Open MPI " $3; exit }' ;;
-  esac
 }
 
 run_lib() { # lib pattern skew round nranks
@@ -101,7 +89,7 @@ run_lib() { # lib pattern skew round nranks
       echo "# mpich5: not run at $n ranks on $cpus CPUs (it busy-polls; MPICH_OVERSUB=1 runs it)" >&2
       return 0
     fi
-    mpi_driver "$lib" "$p" || { echo "# $lib: building its driver failed" >&2; return 0; }
+    peer_driver "$lib" "$OUT/bin" || { echo "# $lib: building its driver failed" >&2; return 0; }
     # shellcheck disable=SC2086 # the launch line is words
     PATH="$p/bin:$PATH" PAPCMP_NAME=$lib "${t[@]}" ${mpi_launch[$lib]} "$n" "$OUT/bin/mpi_cmp-$lib" "${args[@]}" ;;
   torch-gloo)
