@@ -27,19 +27,22 @@ static uint64_t hashString(const char* s, uint64_t h) {
   return h;
 }
 
-/* Same value for every process of one machine (boot instance + hostname), whatever
- * PAPCCL_HOSTID says: ranks that share CPUs. */
+/* Same value for every process of one running kernel (its boot id), whatever the host name
+ * or PAPCCL_HOSTID say: ranks that share CPUs and whose PID namespaces can be compared.
+ * Containers and UTS namespaces on one machine have their own host names but one kernel
+ * (with the host name in it, such ranks spun as if each had a core). The host name only
+ * where the boot id cannot be read. */
 static uint64_t machineId(void) {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  uint64_t h = hashString(host, 7);
   FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f) {
     char boot[64] = {0};
-    if (fgets(boot, sizeof(boot), f)) h = hashString(boot, h);
+    int got = fgets(boot, sizeof(boot), f) != NULL;
     fclose(f);
+    if (got) return hashString(boot, 7);
   }
-  return h;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return hashString(host, 7);
 }
 
 /* The PID namespace this process lives in (its inode), or 0 where /proc does not say. */
@@ -48,11 +51,15 @@ static uint64_t pidNamespace(void) {
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-/* Same value for every process of one host: the machine, or PAPCCL_HOSTID. */
+/* Same value for every process of one host (ranks that reach each other through shared
+ * memory): PAPCCL_HOSTID, else the kernel and the host name (containers on one machine
+ * with their own names may not share /dev/shm). */
 static uint64_t localHostId(void) {
   const char* force = papParamHostId();
   if (force) return hashString(force, 1);
-  return machineId();
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return hashString(host, machineId());
 }
 
 #define PAP_CPU_WORDS 16 /* CPUs 0..1023 */

@@ -86,3 +86,7 @@ void papTestCommPapState(void* comm, uint64_t* selSamplesOut, uint64_t* predictS
   *selSamplesOut = sel;
   *predictSamplesOut = pred;
 }
+
+int papTestCommOversubscribed(void* comm) {
+  return ((struct papComm*)comm)->oversubscribed;
+}

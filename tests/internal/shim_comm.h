@@ -36,6 +36,9 @@ int papTestCommActiveRoots(void);
  * samples over every bucket, and the predicted waits' samples over every context. */
 void papTestCommPapState(void* comm, uint64_t* selSamplesOut, uint64_t* predictSamplesOut);
 
+/* Whether comm saw more ranks on this machine than CPUs they may run on (then waits yield). */
+int papTestCommOversubscribed(void* comm);
+
 /* Allreduces comm ran through its host hierarchy; -1 when comm has no hierarchy. */
 int64_t papTestCommHierOps(void* comm);
 

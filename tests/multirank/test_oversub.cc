@@ -3,6 +3,7 @@
 // time printed), and an idle communicator's progress thread costs no CPU.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "internal/shim_comm.h"
 #include "multirank/harness.h"
 
 namespace papt {
@@ -163,6 +165,43 @@ TEST_F(OversubIdle, IdleCommunicatorCostsNoCpu) {
     th.emplace_back([&, r] { EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r])); });
   for (auto& t : th)
     t.join();
+}
+
+// Ranks in UTS namespaces of their own (containers, network-namespace "hosts") have their own
+// host names on one kernel: they still share its CPUs. Two ranks bound to CPU 0, each under
+// another host name (PAPCCL_HOSTID keeps them on shared memory), must see that they are
+// oversubscribed, so their waits yield instead of spinning against each other (with the host
+// name in the machine's id they did not).
+TEST(OversubUts, RanksWithTheirOwnHostNamesShareTheCpus) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for UTS namespaces (unshare CLONE_NEWUTS)";
+  Options opt;
+  opt.makeComm = false;
+  opt.destroy = false;
+  auto out = RunProcesses(
+      2,
+      [&](Rank& rk) {
+        ASSERT_EQ(0, unshare(CLONE_NEWUTS)) << strerror(errno);
+        std::string name = "papt-uts-host-" + std::to_string(rk.rank);
+        ASSERT_EQ(0, sethostname(name.c_str(), name.size())) << strerror(errno);
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(0, &one);
+        ASSERT_EQ(0, sched_setaffinity(0, sizeof(one), &one)) << strerror(errno);
+        ScopedEnv hostId("PAPCCL_HOSTID", "papt-uts-one-machine");
+        papTestCommParamReset();
+        papcclComm_t comm = nullptr;
+        ASSERT_EQ(papcclSuccess, papcclCommInitRank(&comm, rk.nranks, rk.id, rk.rank))
+            << papcclGetLastError(nullptr);
+        EXPECT_EQ(1, papTestCommOversubscribed(comm))
+            << "rank " << rk.rank << ": 2 ranks bound to one CPU under two host names";
+        float v = 1, s = 0;
+        EXPECT_EQ(papcclSuccess,
+                  papcclAllReduce(&v, &s, 1, papcclFloat32, papcclSum, comm, nullptr));
+        EXPECT_EQ(2.0f, s);
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(comm));
+      },
+      opt);
+  ExpectAllSucceeded(out, "ranks under their own host names");
 }
 
 }  // namespace
