@@ -59,9 +59,13 @@ struct papSelBucket {
   uint64_t probeAfter; /* no switch to PAP before this many samples */
   uint32_t probeWait; /* samples to wait after the next failed try */
   /* On a message board: calls of this size so far and the plan kind the last commit chose
-   * (1: PAP-aware), the same on every rank; classic calls between probes skip the board. */
+   * (1: PAP-aware), the same on every rank; classic calls between probes skip the board.
+   * The next probe's call, and the gap after it (PAPCCL_PAP_PROBE, doubled after each
+   * probe that chose a classic plan, at most PAP_SEL_PROBE_GAP_MAX times that). */
   uint64_t calls;
   int agreedPap;
+  uint64_t nextProbe;
+  uint32_t probeGap;
 };
 
 /* What a rank of a message board (docs/PAP-ENGINE.md section 10) knows of one slot: written

@@ -156,6 +156,10 @@ void papSelectLocal(const struct papComm* comm, struct papOpDesc* op) {
   op->call.commit.algo = classicAllReduce(op, bytes);
 }
 
+/* The longest gap between a message board's probes, in PAPCCL_PAP_PROBE: 16 x 4 = 64 calls,
+ * about 1.3 ms of 20 us calls before a new straggler is seen at 8 B. */
+#define PAP_SEL_PROBE_GAP_MAX 16
+
 static struct papSelBucket* bucketFor(struct papComm* comm, const struct papOpDesc* op) {
   int coll = op->call.coll < PAP_SEL_COLLS ? op->call.coll : 0;
   return &comm->arrival->buckets[coll][bucketOf(papSelectBytes(comm, op))];
@@ -166,20 +170,32 @@ int papArrivalNeedsCommit(struct papComm* comm, const struct papOpDesc* op) {
    * probe below. */
   if (op->path.commit != 2) return op->path.commit;
   /* A message board costs a round trip to rank 0 before the plan is known, as much as a
-   * small allreduce itself over TCP (docs/PAP-ENGINE.md section 13). While the last commit of this size chose a
-   * classic plan and did not ask to keep watching, only every PAPCCL_PAP_PROBE-th call asks
-   * the decider (and measures the arrivals for the selector); the others plan classic alone,
-   * as the decider would. Every rank counts the same calls and reads the same commits, so
-   * all agree. */
+   * small allreduce itself over TCP (docs/PAP-ENGINE.md section 13). While the last commit
+   * of this size chose a classic plan and did not ask to keep watching, only probe calls ask
+   * the decider (and measure the arrivals for the selector); the others plan classic alone,
+   * as the decider would. The gap between probes starts at PAPCCL_PAP_PROBE and doubles
+   * with each probe that finds nothing to do (balanced ranks pay for fewer round trips), up
+   * to PAP_SEL_PROBE_GAP_MAX times it; a PAP-aware verdict starts it over. Every rank counts
+   * the same calls and reads the same commits, so all agree. */
   struct papSelBucket* b = bucketFor(comm, op);
   uint64_t k = b->calls++;
-  return b->agreedPap || k % (uint64_t)papParamPapProbe() == 0;
+  return b->agreedPap || k >= b->nextProbe;
 }
 
 void papSelectAgree(struct papComm* comm, const struct papOpDesc* op, int algo, int watch) {
   if (op->call.coll >= PAP_SEL_COLLS) return;
-  bucketFor(comm, op)->agreedPap = watch || algo == PAP_ALGO_AC2S || algo == PAP_ALGO_SMALL ||
-                                   algo == PAP_ALGO_CHAIN || algo == PAP_ALGO_ARRIVAL;
+  struct papSelBucket* b = bucketFor(comm, op);
+  int wasPap = b->agreedPap;
+  b->agreedPap = watch || algo == PAP_ALGO_AC2S || algo == PAP_ALGO_SMALL ||
+                 algo == PAP_ALGO_CHAIN || algo == PAP_ALGO_ARRIVAL;
+  uint32_t base = (uint32_t)papParamPapProbe();
+  /* 1: every call, no backoff; a PAP-aware verdict, or the first classic one after it, starts
+   * the gaps over. */
+  if (b->agreedPap || wasPap || base == 1 || b->probeGap < base)
+    b->probeGap = base;
+  else if (b->probeGap < base * PAP_SEL_PROBE_GAP_MAX)
+    b->probeGap *= 2;
+  b->nextProbe = b->calls - 1 + b->probeGap; /* this commit's call plus the gap */
 }
 
 size_t papSelectBytes(const struct papComm* comm, const struct papOpDesc* op) {

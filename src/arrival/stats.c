@@ -343,6 +343,8 @@ void papArrivalInherit(struct papComm* child, const struct papComm* parent) {
     for (int b = 0; b < PAP_SEL_BUCKETS; b++) {
       to->buckets[c][b].calls = 0;
       to->buckets[c][b].agreedPap = 0;
+      to->buckets[c][b].nextProbe = 0;
+      to->buckets[c][b].probeGap = 0;
     }
   }
   memcpy(to->waitEma, from->waitEma, sizeof(to->waitEma));

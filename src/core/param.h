@@ -47,8 +47,10 @@
     "the chunking (AC2S with one canonical reduction tree)") \
   X(PapProbe, "PAPCCL_PAP_PROBE", 4, 1, 65536, \
     "over a network (UCX), a collective whose size runs classic plans goes through the arrival " \
-    "board only every this many calls (to measure the arrivals); the others need no message to " \
-    "rank 0. `1`: every call") \
+    "board only on probe calls (to measure the arrivals); the others need no message to rank " \
+    "0. The first gap between probes is this many calls; it doubles after each probe that " \
+    "keeps the classic plan, up to 16 times this, and starts over when one chooses a " \
+    "PAP-aware plan. `1`: every call") \
   X(PapReport, "PAPCCL_PAP_REPORT", 100, 0, 1000000000, \
     "collectives between the one-line PAP summaries (`PAPCCL_DEBUG=INFO`, subsystem `PAP`); `0` " \
     "= none") \

@@ -46,6 +46,15 @@ int papTestSelChoice(struct papTestSel* s, size_t bytes, int* wait) {
   return c.algo;
 }
 
+int papTestSelBoardCall(struct papTestSel* s, size_t bytes, int pap) {
+  struct papOpDesc* op = (struct papOpDesc*)opOf(s, bytes);
+  s->comm.arrival->msg = 1;
+  op->path.commit = 2; /* an automatic choice on a message board: the probe decides */
+  if (!papArrivalNeedsCommit(&s->comm, op)) return 0;
+  papSelectAgree(&s->comm, op, pap ? PAP_ALGO_AC2S : PAP_ALGO_RING, 0);
+  return 1;
+}
+
 void papTestSelFree(struct papTestSel* s) {
   if (s == NULL) return;
   free(s->comm.arrival);

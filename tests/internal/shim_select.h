@@ -19,6 +19,10 @@ int papTestSelObserve(struct papTestSel* s, size_t bytes, double skewUs, double 
 /* The algorithm the decider would commit for that allreduce (enum papAlgo's value) and whether
  * it would wait for arrivals. */
 int papTestSelChoice(struct papTestSel* s, size_t bytes, int* wait);
+/* One allreduce of `bytes` on a message board whose plan the selector leaves to the probe:
+ * returns 1 when it asks the decider (a probe), which then commits a PAP-aware plan (pap)
+ * or a classic one; 0 when it plans classic alone. */
+int papTestSelBoardCall(struct papTestSel* s, size_t bytes, int pap);
 void papTestSelFree(struct papTestSel* s);
 
 #ifdef __cplusplus

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "internal/shim_select.h"
 
@@ -98,6 +99,30 @@ TEST_F(Selector, TwoRanksNeverSwitch) {  // its own selector, of 2 ranks
   ASSERT_NE(nullptr, s.get());
   for (int i = 0; i < 100; i++)
     EXPECT_EQ(0, papTestSelObserve(s.get(), k64K, 5000, 50, 0));
+}
+
+// On a message board (docs/PAP-ENGINE.md section 10) balanced calls of a classic size ask the
+// decider ever less often: after each classic verdict the gap to the next probe doubles, from
+// PAPCCL_PAP_PROBE (4) to 16 times it; a PAP-aware verdict starts it over at 4.
+TEST(SelectorProbe, BalancedProbesBackOffAndAPapVerdictResets) {
+  std::unique_ptr<papTestSel, void (*)(papTestSel*)> s{papTestSelNew(4), papTestSelFree};
+  ASSERT_NE(nullptr, s.get());
+  std::vector<int> probes;
+  for (int k = 0; k < 400; k++)
+    if (papTestSelBoardCall(s.get(), 8, 0)) probes.push_back(k);
+  const std::vector<int> want = {0, 4, 12, 28, 60, 124, 188, 252, 316, 380};
+  EXPECT_EQ(want, probes);
+  // A probe that commits a PAP-aware plan keeps every call on the board until one commits
+  // classic again; then the gaps start over at 4.
+  int k = 400;
+  while (!papTestSelBoardCall(s.get(), 8, 1))
+    k++;
+  EXPECT_EQ(444, k);  // the next probe after 380
+  EXPECT_EQ(1, papTestSelBoardCall(s.get(), 8, 0));  // PAP mode: this call asks too
+  probes.clear();
+  for (int j = 0; j < 20; j++)
+    if (papTestSelBoardCall(s.get(), 8, 0)) probes.push_back(j);
+  EXPECT_EQ((std::vector<int>{3, 11}), probes);  // 4 after the last board call, then 8
 }
 
 }  // namespace
