@@ -107,7 +107,7 @@ typedef enum {
 #define NCCL_SHRINK_ABORT 0x01
 #define NCCL_REVOKE_DEFAULT 0x00
 
-/* Flag of ncclCommSuspend (NCCL 2.29; papccl refuses suspension). */
+/* Flag of ncclCommSuspend (NCCL 2.29): release the communicator's large buffers. */
 #define NCCL_SUSPEND_MEM 0x01
 
 /* Values of ncclConfig_t.hostCftMode and nvlsHostMode (NCCL 2.31; hints for NVIDIA's
@@ -357,10 +357,10 @@ ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 
 /* ---- NCCL 2.29 and 2.30 additions ------------------------------------------------------- */
 /* Declared as in NVIDIA's 2.30 header, whose builds (PyPI torch) import them. Not implemented
- * by papccl (each returns ncclInvalidUsage): growing a communicator, suspending one, window
- * user pointers and one-sided puts and signals. ncclCommMemStats answers
- * ncclStatGpuMemSuspend and ncclStatGpuMemSuspended (0: papccl never suspends) and refuses
- * the two byte counts. */
+ * by papccl (each returns ncclInvalidUsage): growing a communicator, window user pointers
+ * and one-sided puts and signals. ncclCommSuspend, ncclCommResume and ncclCommMemStats are
+ * papcclCommSuspend, papcclCommResume and papcclCommMemStats (papccl.h): the byte counts are
+ * of the comm's large buffers, host or device memory, held now. */
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
 ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
 ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
