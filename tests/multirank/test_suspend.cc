@@ -21,36 +21,6 @@ namespace {
 
 class Suspend : public Test, public ::testing::WithParamInterface<Mode> {};
 
-#define EXPECT_BAD(code, substr, comm, call) \
-  do { \
-    ExpectWarn w_({substr}); \
-    papcclResult_t res_ = (call); \
-    EXPECT_EQ(code, res_) << #call; \
-    EXPECT_TRUE(w_.Saw(substr)) << #call << ": no WARN naming '" << (substr) << "'"; \
-    const char* le_ = papcclGetLastError(comm); \
-    ASSERT_NE(nullptr, le_) << #call; \
-    EXPECT_NE(nullptr, strstr(le_, substr)) << #call << ": last error '" << le_ << "'"; \
-  } while (0)
-
-// count allreduces of rank+1+it on comm, a small, a medium and a large one in turn, checked.
-void CheckedAllReduces(papcclComm_t comm, int r, int n, int count, const std::string& what) {
-  const size_t sizes[3] = {3, 4096, size_t(1) << 18};
-  std::vector<float> buf(sizes[2]);
-  for (int it = 0; it < count; it++) {
-    const size_t c = sizes[it % 3];
-    for (size_t i = 0; i < c; i++)
-      buf[i] = (float)(r + 1 + it);
-    ASSERT_EQ(papcclSuccess,
-              papcclAllReduce(buf.data(), buf.data(), c, papcclFloat32, papcclSum, comm, nullptr))
-        << what << ", allreduce " << it << ": " << papcclGetLastError(comm);
-    const float want = (float)(n * (n + 1) / 2 + n * it);
-    size_t bad = 0;
-    for (size_t i = 0; i < c; i++)
-      bad += buf[i] != want;
-    ASSERT_EQ(0u, bad) << what << ", allreduce " << it << " of " << c << ": got " << buf[0];
-  }
-}
-
 struct Stats {
   uint64_t suspend = 0, suspended = 0, persist = 0, total = 0;
 };
