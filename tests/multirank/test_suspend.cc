@@ -135,6 +135,45 @@ TEST_P(Suspend, BadCalls) {
   });
 }
 
+// A non-blocking comm: suspension waits for the queued allreduce, whose result is there
+// when it returns, without polling.
+TEST(SuspendNonBlocking, WaitsForQueuedOperations) {
+  Options opt;
+  opt.makeComm = false;
+  RunThreads(
+      4,
+      [](Rank& rk) {
+        papcclConfig_t cfg = PAPCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        papcclComm_t comm = nullptr;
+        papcclResult_t res = papcclCommInitRankConfig(&comm, rk.nranks, rk.id, rk.rank, &cfg);
+        ASSERT_TRUE(res == papcclInProgress || res == papcclSuccess) << res;
+        papcclResult_t st = papcclInProgress;
+        while (st == papcclInProgress)
+          ASSERT_EQ(papcclSuccess, papcclCommGetAsyncError(comm, &st));
+        ASSERT_EQ(papcclSuccess, st);
+        const size_t count = size_t(1) << 18;
+        std::vector<float> buf(count, (float)(rk.rank + 1));
+        res =
+            papcclAllReduce(buf.data(), buf.data(), count, papcclFloat32, papcclSum, comm, nullptr);
+        ASSERT_TRUE(res == papcclInProgress || res == papcclSuccess) << res;
+        ASSERT_EQ(papcclSuccess, papcclCommSuspend(comm, PAPCCL_SUSPEND_MEM));
+        ASSERT_EQ(papcclSuccess, papcclCommGetAsyncError(comm, &st));
+        EXPECT_EQ(papcclSuccess, st) << "the queued allreduce ended before the suspension";
+        const float want = (float)(rk.nranks * (rk.nranks + 1) / 2);
+        size_t bad = 0;
+        for (size_t i = 0; i < count; i++)
+          bad += buf[i] != want;
+        EXPECT_EQ(0u, bad) << "rank " << rk.rank;
+        uint64_t v = 1;
+        EXPECT_EQ(papcclSuccess, papcclCommMemStats(comm, papcclStatMemSuspend, &v));
+        EXPECT_EQ(0u, v);
+        EXPECT_EQ(papcclSuccess, papcclCommResume(comm));
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(comm));
+      },
+      opt);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, Suspend, ::testing::Values(Mode::kThreads, Mode::kProcesses),
                          [](const ::testing::TestParamInfo<Mode>& i) {
                            return std::string(ModeName(i.param));
