@@ -337,8 +337,8 @@ static papcclResult_t devStateGet(struct papComm* comm, struct papDevState** out
 }
 
 /* A free staging block of at least `bytes` for a job (its last use finished on its
- * stream). Blocks are never freed while the comm lives: cudaFreeHost would wait for the
- * whole device, including streams held on other ranks' collectives. Within the byte
+ * stream). Blocks are freed only by a suspension (device_mem.c): cudaFreeHost waits for
+ * the whole device, including streams held on other ranks' collectives. Within the byte
  * budget a new block is allocated; beyond it, the call waits for a block held by a queued
  * job to come free (backpressure, as NCCL's bounded work queues), and allocates anyway when
  * no block could ever fit. */
