@@ -107,7 +107,7 @@ typedef enum {
 #define NCCL_SHRINK_ABORT 0x01
 #define NCCL_REVOKE_DEFAULT 0x00
 
-/* Flag of ncclCommSuspend (NCCL 2.29; papccl refuses suspension). */
+/* Flag of ncclCommSuspend (NCCL 2.29): release the communicator's large buffers. */
 #define NCCL_SUSPEND_MEM 0x01
 
 /* Values of ncclConfig_t.hostCftMode and nvlsHostMode (NCCL 2.31; hints for NVIDIA's
@@ -359,11 +359,11 @@ ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 /* Declared as in NVIDIA's 2.30 header, whose builds (PyPI torch) import them. Growing a
  * communicator is papcclCommGetUniqueId and papcclCommGrow (NCCL's arguments: existing ranks
  * pass comm and rank -1, the root of the grow also the id of ncclCommGetUniqueId, the others
- * NULL; new ranks pass comm NULL, the id and their rank). Not implemented by papccl (each
- * returns ncclInvalidUsage): suspending a communicator, window user pointers and one-sided
- * puts and signals. ncclCommMemStats answers
- * ncclStatGpuMemSuspend and ncclStatGpuMemSuspended (0: papccl never suspends) and refuses
- * the two byte counts. */
+ * NULL; new ranks pass comm NULL, the id and their rank). ncclCommSuspend, ncclCommResume
+ * and ncclCommMemStats are papcclCommSuspend, papcclCommResume and papcclCommMemStats
+ * (papccl.h): the byte counts are of the comm's large buffers, host or device memory, held
+ * now. Not implemented by papccl (each returns ncclInvalidUsage): window user pointers and
+ * one-sided puts and signals. */
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
 ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
 ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,

@@ -221,6 +221,30 @@ PAPCCL_API papcclResult_t papcclCommGetUniqueId(papcclComm_t comm, papcclUniqueI
 PAPCCL_API papcclResult_t papcclCommGrow(papcclComm_t comm, int nRanks,
                                          const papcclUniqueId* uniqueId, int rank,
                                          papcclComm_t* newcomm, papcclConfig_t* config);
+/* Flag of papcclCommSuspend (NCCL's value): release the comm's large buffers. */
+#define PAPCCL_SUSPEND_MEM 0x01
+/* Releases comm's large buffers that this rank can make again alone (the engine's plan
+ * steps and scratch, the pinned staging of device buffers) and keeps the comm: no operation
+ * runs on it (each is refused with papcclInvalidUsage) until papcclCommResume; management
+ * calls and queries still work. Waits for the comm's queued operations first. flags:
+ * PAPCCL_SUSPEND_MEM (0: nothing is suspended, as NCCL). A suspended comm refuses a second
+ * suspension (papcclInvalidUsage). Local: no word to the peers (call it on every rank, as
+ * NCCL requires). docs/ARCHITECTURE.md, "Suspending a communicator", lists what is released
+ * and what is kept. */
+PAPCCL_API papcclResult_t papcclCommSuspend(papcclComm_t comm, int flags);
+/* Ends a suspension: the plan steps come back now, scratch and staging at the first
+ * operation that needs them. papcclInvalidUsage when comm is not suspended. */
+PAPCCL_API papcclResult_t papcclCommResume(papcclComm_t comm);
+/* What papcclCommMemStats reports (NCCL's ncclCommMemStat_t values). Bytes are those the comm
+ * holds now, host or device memory alike (papccl's buffers are mostly host memory). */
+typedef enum {
+  papcclStatMemSuspend = 0, /* bytes held now that papcclCommSuspend releases (0 suspended) */
+  papcclStatMemSuspended = 1, /* 1 while suspended, else 0 */
+  papcclStatMemPersist = 2, /* bytes held now that suspension keeps */
+  papcclStatMemTotal = 3 /* papcclStatMemSuspend + papcclStatMemPersist */
+} papcclCommMemStat_t;
+PAPCCL_API papcclResult_t papcclCommMemStats(papcclComm_t comm, papcclCommMemStat_t stat,
+                                             uint64_t* value);
 /* The first asynchronous error of comm, or papcclInProgress while a non-blocking operation
  * is still running. Thread-safe; cheap enough to poll. */
 PAPCCL_API papcclResult_t papcclCommGetAsyncError(papcclComm_t comm, papcclResult_t* asyncError);

@@ -222,6 +222,10 @@ struct papTransportOps {
 struct papTransportBase {
   struct papTransportCtx ctx;
   unsigned char key[16];
+  /* Bytes of the large memory the backend allocated for this rank and holds until finalize
+   * (shm: its own segment; ucx: the message board's buffers), set where it allocates them;
+   * the comm's memory statistics read it (papcclCommMemStats). */
+  size_t heldBytes;
 };
 void papTransportBaseInit(struct papTransportBase* base, const struct papTransportCtx* ctx);
 

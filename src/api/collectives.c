@@ -66,7 +66,7 @@ static papcclResult_t commTakesCalls(struct papComm* comm, const char* fn) {
     PAP_WARN("%s: communicator was revoked: shrink, split, destroy or abort it", fn);
     return papcclInvalidUsage;
   }
-  return papcclSuccess;
+  return papCommCheckSuspended(comm, fn);
 }
 
 /* The plan a per-call config asks for, as the planners name it (d->forcedAlgo). */
@@ -314,6 +314,7 @@ static papcclResult_t anyCheck(struct papOpDesc* d, const char* fn, const int* p
     PAP_WARN("%s: not inside a group (its peer must be known before the group's plan)", fn);
     return papcclInvalidUsage;
   }
+  PAP_CHECK(papCommCheckSuspended(comm, fn));
   if (comm->finalized || comm->tstate == NULL ||
       atomic_load_explicit(&comm->revoked, memory_order_acquire)) {
     PAP_WARN("%s: communicator is %s", fn,

@@ -12,6 +12,9 @@
  * the comm's last error. */
 papcclResult_t papCommEnter(struct papComm* comm, const char* fn);
 void papCommLeave(struct papComm* comm);
+/* papcclSuccess, or papcclInvalidUsage with a WARN naming fn when comm is suspended
+ * (papcclCommSuspend): an operation on it must wait for papcclCommResume. */
+papcclResult_t papCommCheckSuspended(struct papComm* comm, const char* fn);
 /* A 64-bit hash of comm's key: the same on every rank of comm (NCCL's commHash). Call it
  * between papCommEnter and papCommLeave. */
 uint64_t papCommHash(const struct papComm* comm);

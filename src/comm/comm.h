@@ -51,6 +51,8 @@ struct papComm {
   _Atomic int bsAbortFlag; /* written by abort only: the bootstrap's waits (a revoked comm's
                             * bootstrap still serves split and shrink) */
   _Atomic int revoked; /* papcclCommRevoke: no new operations; management calls only */
+  _Atomic int suspended; /* papcclCommSuspend: its large buffers are released; no operations
+                          * until papcclCommResume (src/api/comm_suspend.c) */
   _Atomic int activeCalls; /* API calls inside the comm; destroy waits for 0 */
   _Atomic int asyncError; /* first error of the progress thread or a failed op */
   _Atomic int pendingJobs; /* queued non-blocking jobs; GetAsyncError says InProgress */

@@ -77,16 +77,7 @@ void papDeviceCommFree(struct papComm* comm) {
 
 #include <cuda_runtime_api.h>
 
-/* Arrival words: a ring indexed by the arrival number, so that ops of one comm on several
- * streams never see each other's writes. The done word is single: jobs finish in order. */
-#define DEV_ARRIVE_SLOTS 1024
-#define DEV_WORDS (DEV_ARRIVE_SLOTS + 8)
-#define DEV_DONE_WORD DEV_ARRIVE_SLOTS
-/* Staging blocks are at least this big, so that small ops reuse them. */
-#define DEV_STAGE_MIN (1u << 20)
-/* Pinned staging per comm (PAPCCL_CUDA_STAGING_MB) beyond which a caller running ahead of
- * its streams waits for a block to come free (backpressure). */
-#define DEV_STAGE_BUDGET ((size_t)papParamCudaStagingMb() << 20)
+#include "device_int.h"
 
 /* Driver entry points (CUresult is an int-sized enum; CUdevice an int). */
 typedef int (*cuStreamValue64Fn)(struct CUstream_st* stream, unsigned long long addr,
@@ -98,25 +89,6 @@ typedef int (*cuCtxSetCurrentFn)(void* ctx);
 #define CU_WAIT_GEQ 0x0
 #define CU_WRITE_DEFAULT 0x0
 #define CU_ATTR_CAN_USE_64_BIT_STREAM_MEM_OPS 122
-
-struct papDevStage {
-  struct papDevStage* next;
-  void* ptr; /* pinned host memory */
-  size_t bytes;
-  cudaEvent_t done; /* recorded on the user's stream after the copies back */
-  _Atomic int busy; /* set by the API thread, cleared by the progress thread */
-  void* ctx; /* the CUDA context it (and its event) belong to */
-  int poisoned; /* recording `done` failed: it cannot tell when the block is free again */
-};
-
-struct papDevState {
-  uint64_t* words; /* pinned, mapped: DEV_WORDS words */
-  unsigned long long wordsDev; /* their device address */
-  uint64_t nextSeq; /* last arrival number handed out */
-  struct papDevStage* stages; /* the pool */
-  void* ctx; /* the context the word page belongs to */
-  size_t pinnedBytes; /* its size */
-};
 
 /* Pinned memory is never given back to CUDA while the process runs: cudaFreeHost waits for
  * the whole device, which can include streams held on other ranks' collectives. Blocks and
@@ -365,8 +337,8 @@ static papcclResult_t devStateGet(struct papComm* comm, struct papDevState** out
 }
 
 /* A free staging block of at least `bytes` for a job (its last use finished on its
- * stream). Blocks are never freed while the comm lives: cudaFreeHost would wait for the
- * whole device, including streams held on other ranks' collectives. Within the byte
+ * stream). Blocks are freed only by a suspension (device_mem.c): cudaFreeHost waits for
+ * the whole device, including streams held on other ranks' collectives. Within the byte
  * budget a new block is allocated; beyond it, the call waits for a block held by a queued
  * job to come free (backpressure, as NCCL's bounded work queues), and allocates anyway when
  * no block could ever fit. */

@@ -69,5 +69,17 @@ void papDeviceLeave(struct papDevSaved sv);
 papcclResult_t papIpcCommInit(struct papComm* comm);
 /* Unmaps the peers' arenas and keeps this rank's for a later comm. */
 void papIpcCommFree(struct papComm* comm);
+/* Bytes of this rank's own device arena while comm uses it (peers map it: it stays while
+ * the comm is suspended), else 0. */
+size_t papIpcHeldBytes(const struct papComm* comm);
+
+/* A suspended comm's memory (device_mem.c): the bytes the CUDA layer holds for comm now,
+ * those suspension gives back (the pinned staging blocks) and those it keeps (the stream
+ * words' page, the device arena). */
+void papDeviceHeldBytes(struct papComm* comm, size_t* suspendOut, size_t* persistOut);
+/* Gives the comm's idle staging blocks back to CUDA (cudaFreeHost, which waits for the
+ * device, as NCCL's suspension synchronizes it); a later device op allocates blocks anew.
+ * Call with no device job queued. */
+papcclResult_t papDeviceRelease(struct papComm* comm);
 
 #endif /* PAPCCL_CUDA_DEVICE_H_ */

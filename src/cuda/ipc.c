@@ -25,6 +25,10 @@ papcclResult_t papIpcCommInit(struct papComm* comm) {
 void papIpcCommFree(struct papComm* comm) {
   (void)comm;
 }
+size_t papIpcHeldBytes(const struct papComm* comm) {
+  (void)comm;
+  return 0;
+}
 
 #else /* PAPCCL_HAVE_CUDA */
 
@@ -350,6 +354,10 @@ out:
   free(mapped);
   free(info);
   return res;
+}
+
+size_t papIpcHeldBytes(const struct papComm* comm) {
+  return comm->ipc != NULL ? comm->ipc->mineBytes : 0;
 }
 
 void papIpcCommFree(struct papComm* comm) {

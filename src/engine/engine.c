@@ -15,6 +15,7 @@
 #include "param.h"
 
 #define PLAN_FAILED_CAP (-1)
+#define PLAN_BASE_CAP 256 /* steps of a new plan array (it doubles as plans grow) */
 
 papcclResult_t papEngineInit(struct papEngine* e, int rank, int nranks,
                              const struct papTransportOps* tops, void* tstate,
@@ -32,7 +33,7 @@ papcclResult_t papEngineInit(struct papEngine* e, int rank, int nranks,
   PAP_CHECK(papCalloc(&e->lastRecv, (size_t)nranks));
   PAP_CHECK(papCalloc(&e->sendN, (size_t)nranks));
   PAP_CHECK(papCalloc(&e->recvN, (size_t)nranks));
-  e->cap = 256;
+  e->cap = PLAN_BASE_CAP;
   PAP_CHECK(papCalloc(&e->steps, (size_t)e->cap));
   /* Published-chunk slots: as many chunk-sized slots as the staging area holds. */
   size_t stageBytes = 0;
@@ -62,6 +63,37 @@ void papEngineFree(struct papEngine* e) {
   free(e->sendN);
   free(e->recvN);
   memset(e, 0, sizeof(*e));
+}
+
+size_t papEngineHeldBytes(const struct papEngine* e) {
+  size_t b = e->steps != NULL && e->cap > 0 ? (size_t)e->cap * sizeof(struct papStep) : 0;
+  for (int i = 0; i < e->nscratch; i++)
+    b += e->scratch[i].bytes;
+  return b;
+}
+
+void papEngineRelease(struct papEngine* e) {
+  for (int i = 0; i < e->nscratch; i++)
+    free(e->scratch[i].ptr);
+  free(e->scratch);
+  e->scratch = NULL;
+  e->nscratch = 0;
+  e->scratchUsed = 0;
+  if (e->cap != PLAN_FAILED_CAP) {
+    free(e->steps);
+    e->steps = NULL;
+    e->cap = 0;
+    e->nsteps = 0;
+    e->first = 0;
+  }
+}
+
+papcclResult_t papEngineRestore(struct papEngine* e) {
+  if (e->steps != NULL || e->cap == PLAN_FAILED_CAP) return papcclSuccess;
+  PAP_CHECK(papCalloc(&e->steps, PLAN_BASE_CAP));
+  e->cap = PLAN_BASE_CAP;
+  papPlanReset(e);
+  return papcclSuccess;
 }
 
 void papPlanReset(struct papEngine* e) {
@@ -110,7 +142,7 @@ static void planFail(struct papEngine* e) {
 static struct papStep* newStep(struct papEngine* e, int kind, int dep0, int dep1, int* idxOut) {
   if (e->cap == PLAN_FAILED_CAP) return NULL;
   if (e->nsteps == e->cap) {
-    size_t ncap = (size_t)e->cap * 2;
+    size_t ncap = e->cap > 0 ? (size_t)e->cap * 2 : PLAN_BASE_CAP; /* 0: released */
     struct papStep* s = (struct papStep*)realloc(e->steps, ncap * sizeof(*s));
     if (s == NULL) {
       PAP_WARN("out of memory growing a plan to %zu steps", ncap);

@@ -173,6 +173,13 @@ static inline int papEngineScanEnd(const struct papEngine* e) {
 }
 /* Scratch memory valid until the next papPlanReset. */
 papcclResult_t papPlanScratch(struct papEngine* e, size_t bytes, void** ptrOut);
+/* Memory of a suspended comm (papcclCommSuspend). HeldBytes: the bytes the engine holds now
+ * that suspension gives back: its step array and its scratch buffers. Release frees them
+ * (call with no plan in flight); Restore makes the step array again (scratch comes back
+ * when a plan asks for it). */
+size_t papEngineHeldBytes(const struct papEngine* e);
+void papEngineRelease(struct papEngine* e);
+papcclResult_t papEngineRestore(struct papEngine* e);
 /* 1 if a plan-building call failed since papPlanReset. */
 int papPlanFailed(const struct papEngine* e);
 

@@ -542,40 +542,27 @@ NCCL_EXPORT ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUn
 }
 NCCL_ALIAS(ncclCommGrow);
 
-/* papccl cannot release a communicator's memory and keep the communicator. */
+/* Suspension and memory statistics: papccl's (src/api/comm_suspend.c), the same flag and
+ * stat values. The byte counts are of the comm's large buffers, host or device memory. */
+_Static_assert(NCCL_SUSPEND_MEM == PAPCCL_SUSPEND_MEM, "suspend flag");
+_Static_assert((int)ncclStatGpuMemSuspend == (int)papcclStatMemSuspend &&
+                   (int)ncclStatGpuMemSuspended == (int)papcclStatMemSuspended &&
+                   (int)ncclStatGpuMemPersist == (int)papcclStatMemPersist &&
+                   (int)ncclStatGpuMemTotal == (int)papcclStatMemTotal,
+               "mem stat values");
 NCCL_EXPORT ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
-  (void)flags;
-  return papNcclNotImplemented(comm, "ncclCommSuspend", "suspending a communicator");
+  return RES(papcclCommSuspend(COMM(comm), flags));
 }
 NCCL_ALIAS(ncclCommSuspend);
 
 NCCL_EXPORT ncclResult_t pncclCommResume(ncclComm_t comm) {
-  return papNcclNotImplemented(comm, "ncclCommResume", "suspending a communicator");
+  return RES(papcclCommResume(COMM(comm)));
 }
 NCCL_ALIAS(ncclCommResume);
 
-/* What papccl knows: none of its memory can be suspended and it is never suspended (both 0).
- * It does not count a communicator's GPU memory, so the two byte counts are refused. */
 NCCL_EXPORT ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat,
                                            uint64_t* value) {
-  const char* fn = "ncclCommMemStats";
-  ncclResult_t res = RES(papCommEnter(COMM(comm), fn));
-  if (res != ncclSuccess) return res;
-  if (value == NULL) {
-    PAP_WARN("%s: value is NULL", fn);
-    res = ncclInvalidArgument;
-  } else if (stat == ncclStatGpuMemSuspend || stat == ncclStatGpuMemSuspended) {
-    *value = 0;
-  } else if (stat == ncclStatGpuMemPersist || stat == ncclStatGpuMemTotal) {
-    PAP_WARN("%s: %s is not implemented by papccl (it does not count a communicator's GPU memory)",
-             fn, stat == ncclStatGpuMemPersist ? "ncclStatGpuMemPersist" : "ncclStatGpuMemTotal");
-    res = ncclInvalidUsage;
-  } else {
-    PAP_WARN("%s: unknown stat %d", fn, (int)stat);
-    res = ncclInvalidArgument;
-  }
-  papCommLeave(COMM(comm));
-  return res;
+  return RES(papcclCommMemStats(COMM(comm), (papcclCommMemStat_t)stat, value));
 }
 NCCL_ALIAS(ncclCommMemStats);
 

@@ -2,6 +2,10 @@
 /* Test shim for the communicator tests: wraps log, param and bootstrap internals in plain C. */
 #include "shim_comm.h"
 
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "arrival_int.h"
 #include "bootstrap.h"
 #include "comm.h"
@@ -46,6 +50,38 @@ int64_t papTestCommHierOps(void* comm) {
   struct papComm* c = (struct papComm*)comm;
   if (c->hierLocal == NULL) return -1;
   return (int64_t)atomic_load(&c->hierOps);
+}
+
+uint64_t papTestCommEngineBytes(void* comm) {
+  const struct papEngine* e = &((struct papComm*)comm)->engine;
+  uint64_t b = e->steps != NULL && e->cap > 0 ? (uint64_t)e->cap * sizeof(struct papStep) : 0;
+  for (int i = 0; i < e->nscratch; i++)
+    b += e->scratch[i].bytes;
+  return b;
+}
+
+int64_t papTestCommShmSegBytes(void* comm) {
+  const struct papComm* c = (const struct papComm*)comm;
+  char name[96];
+  int o = snprintf(name, sizeof(name), "/dev/shm/papccl-");
+  for (int i = 0; i < 16; i++)
+    o += snprintf(name + o, sizeof(name) - (size_t)o, "%02x", c->key[i]);
+  snprintf(name + o, sizeof(name) - (size_t)o, "-%d-%d", (int)getpid(), c->rank);
+  /* The segment's file is unlinked once the peers mapped it: its mapping here still names it. */
+  FILE* f = fopen("/proc/self/maps", "r");
+  if (f == NULL) return -1;
+  char line[512];
+  int64_t bytes = -1;
+  size_t nl = strlen(name);
+  while (fgets(line, sizeof(line), f) != NULL) {
+    char* at = strstr(line, name);
+    if (at == NULL || (at[nl] != ' ' && at[nl] != '\n' && at[nl] != '\0')) continue;
+    unsigned long lo = 0, hi = 0;
+    /* Ranks as threads map each other's segments: one mapping is the size. */
+    if (sscanf(line, "%lx-%lx", &lo, &hi) == 2) bytes = (int64_t)(hi - lo);
+  }
+  fclose(f);
+  return bytes;
 }
 
 int papTestParamIntCount(void) {

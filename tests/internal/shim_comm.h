@@ -42,6 +42,13 @@ int papTestCommOversubscribed(void* comm);
 /* Allreduces comm ran through its host hierarchy; -1 when comm has no hierarchy. */
 int64_t papTestCommHierOps(void* comm);
 
+/* What comm holds, read from its raw fields and the file system (an oracle for
+ * papcclCommMemStats, independent of its accounting): the engine's plan step array and scratch
+ * buffers (bytes), and the size of this rank's shared-memory segment (its file in /dev/shm;
+ * -1 when it has none). */
+uint64_t papTestCommEngineBytes(void* comm);
+int64_t papTestCommShmSegBytes(void* comm);
+
 /* Bytes per element of a datatype as the library sees it (0 for an invalid type). */
 size_t papTestCommTypeSize(int datatype);
 

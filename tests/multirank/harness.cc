@@ -434,4 +434,23 @@ void RunRanks(Mode mode, int n, const Body& body, const Options& opt) {
   }
 }
 
+void CheckedAllReduces(papcclComm_t comm, int r, int n, int count, const std::string& what) {
+  const size_t sizes[3] = {3, 4096, size_t(1) << 18};
+  std::vector<float> buf(sizes[2]);
+  for (int it = 0; it < count; it++) {
+    const size_t c = sizes[it % 3];
+    for (size_t i = 0; i < c; i++)
+      buf[i] = (float)(r + 1 + it);
+    ASSERT_EQ(papcclSuccess,
+              papcclAllReduce(buf.data(), buf.data(), c, papcclFloat32, papcclSum, comm, nullptr))
+        << what << ", allreduce " << it << ": " << papcclGetLastError(comm);
+    const float want = (float)(n * (n + 1) / 2 + n * it);
+    size_t bad = 0;
+    for (size_t i = 0; i < c; i++)
+      bad += buf[i] != want;
+    ASSERT_EQ(0u, bad) << what << ", allreduce " << it << " of " << c << ": got " << buf[0]
+                       << ", want " << want;
+  }
+}
+
 }  // namespace papt

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -275,6 +276,24 @@ bool RunCase(const Rank& rk, const Case& c);
 // Checks count elements of buf against expected(i); reports the first mismatches.
 bool CheckElems(const void* buf, papcclDataType_t t, size_t count,
                 const std::function<uint64_t(size_t)>& expected, const std::string& what);
+
+// count allreduces of rank+1+i on comm (rank r of n), each checked; sizes alternate between
+// a flat-sized, a medium and a large vector.
+void CheckedAllReduces(papcclComm_t comm, int r, int n, int count, const std::string& what);
+
+// A bad call: expects `code`, a WARN containing `substr` (any other WARN fails the test),
+// and papcclGetLastError(comm) containing it too.
+#define EXPECT_BAD(code, substr, comm, call) \
+  do { \
+    ExpectWarn w_({substr}); \
+    papcclResult_t res_ = (call); \
+    EXPECT_EQ(code, res_) << #call; \
+    EXPECT_TRUE(w_.Saw(substr)) << #call << ": no WARN naming '" << (substr) << "'"; \
+    const char* le_ = papcclGetLastError(comm); \
+    ASSERT_NE(nullptr, le_) << #call; \
+    EXPECT_NE(nullptr, strstr(le_, substr)) << #call << ": papcclGetLastError is '" << le_ \
+                                            << "', expected it to name '" << (substr) << "'"; \
+  } while (0)
 
 }  // namespace papt
 

@@ -12,10 +12,6 @@
 
 namespace papt {
 
-// count allreduces of rank+1+i on comm (rank r of n), each checked; sizes alternate between
-// a flat-sized, a medium and a large vector.
-void CheckedAllReduces(papcclComm_t comm, int r, int n, int count, const std::string& what);
-
 // Allreduces of count floats on comm until one fails (a peer died), for at most limitS;
 // returns how long the failing call took, its result in *res and its start in *startOut.
 double CallUntilFailure(papcclComm_t comm, size_t count, double limitS, papcclResult_t* res,

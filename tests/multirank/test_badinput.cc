@@ -17,20 +17,6 @@
 namespace papt {
 namespace {
 
-// A bad call: expects `code`, a WARN containing `substr` (any other WARN fails the test),
-// and papcclGetLastError(comm) containing it too.
-#define EXPECT_BAD(code, substr, comm, call) \
-  do { \
-    ExpectWarn w_({substr}); \
-    papcclResult_t res_ = (call); \
-    EXPECT_EQ(code, res_) << #call; \
-    EXPECT_TRUE(w_.Saw(substr)) << #call << ": no WARN naming '" << (substr) << "'"; \
-    const char* le_ = papcclGetLastError(comm); \
-    ASSERT_NE(nullptr, le_) << #call; \
-    EXPECT_NE(nullptr, strstr(le_, substr)) << #call << ": papcclGetLastError is '" << le_ \
-                                            << "', expected it to name '" << (substr) << "'"; \
-  } while (0)
-
 class BadInput : public Test {
  protected:
   void SetUp() override {

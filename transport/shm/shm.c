@@ -127,6 +127,7 @@ static papcclResult_t shmInit(const struct papTransportCtx* ctx, void** stateOut
   if (lockFd >= 0 && !locked) close(lockFd);
   st->self.base = base;
   st->self.bytes = bytes;
+  st->base.heldBytes = bytes; /* peers map it too: theirs to count as imported, not held */
   segLayout(&st->self, st);
   struct shmHeader* h = st->self.hdr;
   h->version = SHM_VERSION;

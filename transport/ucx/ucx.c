@@ -159,6 +159,7 @@ static papcclResult_t ucxInit(const struct papTransportCtx* ctx, void** stateOut
     res = papcclSystemError;
     goto fail;
   }
+  st->base.heldBytes = 2 * (size_t)PAP_HOME_MAX_BYTES; /* serveBuf and inBuf */
   *stateOut = st;
   return papcclSuccess;
 
