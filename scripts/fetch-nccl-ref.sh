@@ -12,10 +12,10 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/papccl
+# shellcheck source=scripts/wheel-env.sh
+. "$ROOT/scripts/wheel-env.sh" # CACHE, VENV, PIP
 VERSION=${PAPCCL_NCCL_REF_VERSION:-$(grep -v '^#' "$ROOT/python/nccl-ref.txt" | head -n 1)}
 DEST="$CACHE/nccl-ref-$VERSION"
-VENV=${PAPCCL_VENV:-$CACHE/venv}
 log() { echo "fetch-nccl-ref: $*" >&2; }
 
 if [ -f "$DEST/include/nccl.h" ] && [ -f "$DEST/lib/libnccl.so.2" ]; then
@@ -23,8 +23,6 @@ if [ -f "$DEST/include/nccl.h" ] && [ -f "$DEST/lib/libnccl.so.2" ]; then
 elif [ "${PAPCCL_SKIP_FETCH:-0}" = 1 ]; then
   exit 1
 else
-  PIP=(python3 -m pip)
-  [ -x "$VENV/bin/python3" ] && PIP=("$VENV/bin/python3" -m pip)
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   log "downloading nvidia-nccl-cu13==$VERSION (pip's cache is kept)"

@@ -13,11 +13,9 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/papccl
-VENV=${PAPCCL_VENV:-$CACHE/venv}
+# shellcheck source=scripts/wheel-env.sh
+. "$ROOT/scripts/wheel-env.sh" # CACHE, VENV, PIP
 log() { echo "setup-peers: $*" >&2; }
-PIP=(python3 -m pip)
-[ -x "$VENV/bin/python3" ] && PIP=("$VENV/bin/python3" -m pip)
 
 grep -v '^#' "$ROOT/python/peers.txt" | while read -r name spec; do
   [ -n "$name" ] || continue

@@ -10,10 +10,10 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/papccl
+# shellcheck source=scripts/wheel-env.sh
+. "$ROOT/scripts/wheel-env.sh" # CACHE, VENV, PIP
 SPEC=$(grep -v '^#' "$ROOT/python/ucx.txt" | head -n 1)
 DEST="$CACHE/ucx-${SPEC##*==}"
-VENV=${PAPCCL_VENV:-$CACHE/venv}
 log() { echo "setup-ucx: $*" >&2; }
 
 if [ -f "$DEST/pkgconfig/ucx.pc" ] && [ -f "$DEST/libucx/include/ucp/api/ucp.h" ]; then
@@ -21,8 +21,6 @@ if [ -f "$DEST/pkgconfig/ucx.pc" ] && [ -f "$DEST/libucx/include/ucp/api/ucp.h" 
 elif [ "${PAPCCL_SKIP_FETCH:-0}" = 1 ]; then
   exit 1
 else
-  PIP=(python3 -m pip)
-  [ -x "$VENV/bin/python3" ] && PIP=("$VENV/bin/python3" -m pip)
   log "installing $SPEC into $DEST (pip's cache is kept)"
   rm -rf "$DEST"
   "${PIP[@]}" install -q --disable-pip-version-check --no-deps --target "$DEST" "$SPEC"
