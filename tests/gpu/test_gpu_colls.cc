@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Collectives on device buffers in CUDA stream order, ranks sharing one GPU.
 //
-// The oracle: the same collective on host buffers (papccl's host path, which the multirank
-// suite checks bit for bit against the harness's independent references); the device result
-// must equal it bit for bit. A collective that only moves data is also checked against every
-// rank's input laid out as NCCL defines it, made here without papccl. Also:
+// The oracle, independent of papccl: a reducing collective's inputs and expected results are
+// the multirank harness's (tests/multirank/harness_values.cc: inputs designed per op so that
+// the result is exact in every reduction order, computed in double or 128-bit integers and
+// encoded with tests/common/narrow_float.h); a collective that only moves data is checked
+// against every rank's input laid out as NCCL defines it, made here. Also:
 // stream ordering (a kernel writes the input just before the collective and one reads the
 // output just after), the arrival on the stream (one rank's stream delayed by a spin kernel
 // is seen as late by the PAP engine), memory types (pinned, managed, mixed), graph capture
@@ -34,6 +35,7 @@
 #include "papccl.h"
 #include "tests/gpu/gpu_common.h"
 #include "tests/internal/shim_ipc.h"
+#include "tests/multirank/harness.h"
 #include "tests/sanitizer.h"
 
 extern char** environ;
@@ -174,11 +176,54 @@ void onRanks(int n, const std::function<void(int, papcclComm_t, cudaStream_t)>& 
     EXPECT_EQ(papcclSuccess, papcclCommDestroy(comms[r]));
 }
 
-// Rank q's input for collective c, type t (every rank can make any rank's).
-std::vector<uint8_t> inputOf(int c, papcclDataType_t t, size_t count, int q, int n) {
+// The harness's case for a reducing collective c.
+papt::Case harnessCase(int c, papcclDataType_t t, papt::Op op, size_t count) {
+  papt::Case hc;
+  hc.coll = c == kAllReduce ? papt::Coll::kAllReduce
+            : c == kReduce  ? papt::Coll::kReduce
+                            : papt::Coll::kReduceScatter;
+  hc.type = t;
+  hc.op = op;
+  hc.count = count;
+  hc.seed = 7u * c + t + 1;
+  return hc;
+}
+
+// Rank q's input for collective c, type t (every rank can make any rank's): for a reducing
+// one, the harness's inputs designed for op; random bytes otherwise.
+std::vector<uint8_t> inputOf(int c, papcclDataType_t t, papt::Op op, size_t count, int q, int n) {
   size_t se, re;
   sizes(c, count, n, &se, &re);
-  return randomBytes(se * papKernTypeSize(t), 1000u * q + 7u * c + t);
+  if (!reduces(c)) return randomBytes(se * papKernTypeSize(t), 1000u * q + 7u * c + t);
+  std::vector<uint8_t> in(se * papKernTypeSize(t));
+  papt::Case hc = harnessCase(c, t, op, count);
+  for (size_t i = 0; i < se; i++)
+    papt::SetElem(in.data(), t, i, papt::InputBits(hc, n, q, i));
+  return in;
+}
+
+// Checks a reducing collective's result on rank (count elements: the whole reduction, or for
+// reducescatter the rank's block of it) against the harness's reference. Exact (bit for bit)
+// wherever the harness's designs make every reduction order exact: sums of small integers and
+// products of {1, -1, 2} (or {1, -1, 2, 3}) fit every type, max/min pick one input, integer
+// avg truncates the exact sum, float avg divides an exact sum by a power of two. Float avg over
+// 3 ranks rounds 1/3 and the order of the additions: within CheckAvgApprox's bound (the type's
+// unit roundoff times nranks + 2, relative to the average of the magnitudes).
+bool reducedAsReference(int c, papcclDataType_t t, papt::Op op, size_t count, int rank, int n,
+                        const uint8_t* got, const std::string& what) {
+  papt::Case hc = harnessCase(c, t, op, count);
+  const size_t first = c == kReduceScatter ? (size_t)rank * count : 0;
+  if (papt::AvgIsApproximate(hc, n)) return papt::CheckAvgApprox(got, hc, n, first, count, what);
+  size_t bad = 0, firstBad = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (papt::GetElem(got, t, i) == papt::ReducedBits(hc, n, first + i)) continue;
+    if (bad++ == 0) firstBad = i;
+  }
+  if (bad == 0) return true;
+  ADD_FAILURE() << what << ": " << bad << " elements differ from the harness's reference, first "
+                << firstBad << ": got 0x" << std::hex << papt::GetElem(got, t, firstBad)
+                << ", want 0x" << papt::ReducedBits(hc, n, first + firstBad);
+  return false;
 }
 
 // The result of a collective that only moves data, made here from every rank's input and
@@ -190,49 +235,44 @@ bool movedData(int c, papcclDataType_t t, size_t count, int rank, int n,
   out->clear();
   switch (c) {
   case kBroadcast:
-    *out = inputOf(c, t, count, root, n);
+    *out = inputOf(c, t, papt::Op::kSum, count, root, n);
     return true;
   case kAllGather:
   case kGather:  // checked on the root only
     for (int q = 0; q < n; q++) {
-      auto in = inputOf(c, t, count, q, n);
+      auto in = inputOf(c, t, papt::Op::kSum, count, q, n);
       out->insert(out->end(), in.begin(), in.end());
     }
     return true;
   case kAlltoAll:
     for (int q = 0; q < n; q++) {
-      auto in = inputOf(c, t, count, q, n);
+      auto in = inputOf(c, t, papt::Op::kSum, count, q, n);
       out->insert(out->end(), in.begin() + rank * blk, in.begin() + (rank + 1) * blk);
     }
     return true;
   case kScatter: {
-    auto in = inputOf(c, t, count, root, n);
+    auto in = inputOf(c, t, papt::Op::kSum, count, root, n);
     out->assign(in.begin() + rank * blk, in.begin() + (rank + 1) * blk);
     return true;
   }
   case kSendRecv:
-    *out = inputOf(c, t, count, (rank + n - 1) % n, n);
+    *out = inputOf(c, t, papt::Op::kSum, count, (rank + n - 1) % n, n);
     return true;
   default:
     return false;
   }
 }
 
-// One case on every rank: device result vs host result, bit for bit; a collective that only
-// moves data also against the result made here from every rank's input (movedData). The host
-// result of a reducing one is papccl's own host path: the multirank suite checks that path
-// against the harness's independent references, the unit suite the functors (docs/TESTING.md).
-// Returns mismatches.
-void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int rank, int n,
+// One case on every rank: a reducing collective's device result against the harness's
+// reference (reducedAsReference), one that only moves data against the result made here from
+// every rank's input (movedData). Counts mismatches in *bad.
+void checkCase(int c, papcclDataType_t t, papt::Op op, size_t count, int rank, int n,
                papcclComm_t comm, cudaStream_t st, bool inPlace, int* bad) {
   size_t se, re;
   sizes(c, count, n, &se, &re);
   const size_t esz = papKernTypeSize(t);
-  auto in = inputOf(c, t, count, rank, n);
-  std::vector<uint8_t> hostOut(re * esz, 0), devOut(re * esz, 0);
-  // Host reference.
-  std::vector<uint8_t> hs(in), hr(re * esz, 0);
-  ASSERT_EQ(papcclSuccess, runColl(c, hs.data(), hr.data(), count, t, op, comm, nullptr, rank, n));
+  auto in = inputOf(c, t, op, count, rank, n);
+  std::vector<uint8_t> devOut(re * esz, 0);
   // Device. In place: one buffer laid out as NCCL defines it for each collective.
   void *ds = tScratch[0], *dr = tScratch[1];
   ASSERT_LE((se > re ? se : re) * esz, kScratchBytes);
@@ -248,16 +288,27 @@ void checkCase(int c, papcclDataType_t t, papcclRedOp_t op, size_t count, int ra
   CU(cudaStreamSynchronize(st));
   CU(cudaMemcpyAsync(ds, in.data(), se * esz, cudaMemcpyHostToDevice, st));
   CU(cudaStreamSynchronize(st));
-  ASSERT_EQ(papcclSuccess, runColl(c, ds, dr, count, t, op, comm, st, rank, n))
-      << papcclGetLastError(comm);
+  // Premulsum: the harness's scalar (2, or 3 for the integers), made for this case.
+  papcclRedOp_t redOp = (papcclRedOp_t)op;
+  if (op == papt::Op::kPreMulSum) {
+    uint64_t scalar = papt::PreMulScalarBits(t);
+    PC(papcclRedOpCreatePreMulSum(&redOp, &scalar, t, papcclScalarHostImmediate, comm));
+  }
+  papcclResult_t res = runColl(c, ds, dr, count, t, redOp, comm, st, rank, n);
+  EXPECT_EQ(papcclSuccess, res) << papcclGetLastError(comm);
   CU(cudaStreamSynchronize(st));
+  if (op == papt::Op::kPreMulSum) {
+    EXPECT_EQ(papcclSuccess, papcclRedOpDestroy(redOp, comm));
+  }
+  if (res != papcclSuccess) return;
   CU(cudaMemcpy(devOut.data(), dr, re * esz, cudaMemcpyDeviceToHost));
   bool recvUsed = !((c == kReduce || c == kGather) && rank != n - 1);
-  if (recvUsed && memcmp(devOut.data(), hr.data(), re * esz) != 0) {
-    (*bad)++;
-    ADD_FAILURE() << collName(c) << " type " << t << " op " << op << " count " << count << " rank "
-                  << rank << "/" << n << (inPlace ? " in place" : "")
-                  << ": device result differs from the host result";
+  if (recvUsed && reduces(c)) {
+    std::string what = std::string(collName(c)) + " " + papt::TypeName(t) + " op " +
+                       papt::OpName(op) + " count " + std::to_string(count) + " rank " +
+                       std::to_string(rank) + "/" + std::to_string(n) +
+                       (inPlace ? " in place" : "");
+    if (!reducedAsReference(c, t, op, count, rank, n, devOut.data(), what)) (*bad)++;
   }
   std::vector<uint8_t> moved;
   if (recvUsed && movedData(c, t, count, rank, n, &moved)) {
@@ -332,16 +383,14 @@ TEST(GpuColls, EveryCollectiveTypeOp) {
       int bad = 0;
       for (int c = 0; c < kNumColls; c++) {
         for (int t = 0; t < papcclNumTypes; t++) {
-          int nops = reduces(c) ? (int)papcclNumOps : 1;
-          for (int op = 0; op < nops; op++) {
+          for (papt::Op op : papt::kAllOps) {
+            if (!reduces(c) && op != papt::Op::kSum) continue;
             size_t count = (c == kAllReduce && t == papcclFloat32) ? 1000003 : 1000 + 13;
-            checkCase(c, (papcclDataType_t)t, (papcclRedOp_t)op, count, rank, n, comm, st, false,
-                      &bad);
+            checkCase(c, (papcclDataType_t)t, op, count, rank, n, comm, st, false, &bad);
             bool inPlaceToo =
                 c == kAllReduce || c == kAllGather || c == kReduceScatter || c == kBroadcast;
-            if (inPlaceToo && op == 0)
-              checkCase(c, (papcclDataType_t)t, (papcclRedOp_t)op, 777, rank, n, comm, st, true,
-                        &bad);
+            if (inPlaceToo && op == papt::Op::kSum)
+              checkCase(c, (papcclDataType_t)t, op, 777, rank, n, comm, st, true, &bad);
           }
         }
       }

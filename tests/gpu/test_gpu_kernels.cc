@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPU reduction kernels against the host loops, bit for bit, for every type and op.
+// GPU reduction kernels, for every type and op, against the independent references
+// (tests/common/reduce_ref.h) and against the host loops, bit for bit.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "tests/common/reduce_ref.h"
 #include "tests/gpu/gpu_common.h"
 
 namespace {
@@ -22,14 +24,34 @@ const char* typeName(int t) {
   return names[t];
 }
 
+// Elements of got (dst = a op b on count elements) that differ from the independent reference
+// (tests/common/reduce_ref.h: 128-bit integers, double rounded once to the type, the narrow
+// formats through tests/common/narrow_float.h); *first is the first one.
+size_t refMismatches(const uint8_t* a, const uint8_t* b, const uint8_t* got, size_t count, int t,
+                     int op, size_t* first) {
+  const size_t esz = papkref::Info(t).size;
+  size_t bad = 0;
+  for (size_t i = 0; i < count; i++) {
+    papkref::Expect e =
+        papkref::RefReduce(t, op, papkref::GetBits(a, i, esz), papkref::GetBits(b, i, esz));
+    if (papkref::Matches(t, e, papkref::GetBits(got, i, esz))) continue;
+    if (bad++ == 0) *first = i;
+  }
+  return bad;
+}
+
 }  // namespace
 
-// On a GPU: the CUDA kernels (code generation, vector and alignment paths, NaN handling)
-// against the host loops, whose functors the unit suite checks against independent
-// references. On the CUDA stand-in, which runs each registered kernel with the same functors
-// (kernels/reduce_ops.h), the values compare those functors with themselves: there it covers
-// only the launch path (the type and op to kernel dispatch, the launch configuration, the
-// arguments, unaligned pointers, the copies), not the arithmetic.
+// Two checks of each launch, random bit patterns as inputs (NaN, inf, subnormals included):
+// - against the independent references (refMismatches): the arithmetic of what ran, on both
+//   machines. On a GPU: the CUDA kernels' code generation, vector and alignment paths, NaN and
+//   rounding handling. On the CUDA stand-in, which runs each registered kernel with the host's
+//   functors (kernels/reduce_ops.h), those functors through the launch path: a functor fault
+//   fails here on the stand-in, where the host comparison below cannot see it.
+// - against the host loops, bit for bit: on a GPU, device and host agree (what the README
+//   claims of the functors shared by both); on the stand-in both sides run the same functors,
+//   so it covers only the launch path (the type and op to kernel dispatch, the launch
+//   configuration, the arguments, unaligned pointers, the copies), not the arithmetic.
 TEST(GpuKernels, MatchHostBitForBit) {
   std::string why;
   if (!haveGpu(&why)) GTEST_SKIP() << why;
@@ -83,7 +105,13 @@ TEST(GpuKernels, MatchHostBitForBit) {
           bad++;
         }
         EXPECT_EQ(0u, bad) << typeName(t) << " op " << op << " count " << count
-                           << ": first mismatch at element " << first;
+                           << ": first mismatch with the host loops at element " << first;
+        size_t refFirst = 0;
+        size_t refBad =
+            refMismatches(a.data() + off, b.data() + off, got.data(), count, t, op, &refFirst);
+        EXPECT_EQ(0u, refBad) << typeName(t) << " op " << op << " count " << count
+                              << ": first mismatch with the independent reference at element "
+                              << refFirst;
       }
       cudaFree(da);
       cudaFree(db);
