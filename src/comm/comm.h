@@ -88,6 +88,8 @@ struct papComm {
   pthread_mutex_t devLock; /* guards dev's creation and its staging pool */
   struct papIpcState* ipc; /* CUDA IPC arenas (the CUDA layer), or NULL; engine.dev uses them */
   pthread_mutex_t progressLock;
+  struct papOneSided* onesided; /* windows and the one-sided channel (the enqueue layer's
+                                 * onesided.c), made by the first window registration */
 
   struct papUserOp userOps[PAP_MAX_USER_OPS];
   pthread_mutex_t userOpLock;
