@@ -153,6 +153,36 @@ TEST_P(OneSided, AllPeersAndSignalsAlone) {
   });
 }
 
+// Data before signal: rank 1 already waits when rank 0's 16 MiB put (32 times the FIFO)
+// starts; the moment the wait returns, the put's last element is there (checked first: it
+// arrives last).
+TEST_P(OneSided, DataBeforeSignal) {
+  RunRanks(GetParam(), 2, [&](Rank& rk) {
+    const size_t count = 4 << 20;
+    std::vector<int32_t> win(count, -1);
+    papcclWindow_t w = Register(rk, win);
+    ASSERT_NE(nullptr, w);
+    for (int k = 0; k < 2; k++) {
+      float f = 0;
+      ASSERT_EQ(papcclSuccess,
+                papcclAllReduce(&f, &f, 1, papcclFloat32, papcclSum, rk.comm, nullptr));
+      if (rk.rank == 0) {
+        std::vector<int32_t> src(count);
+        for (size_t i = 0; i < count; i++)
+          src[i] = Val(0, k, i);
+        ASSERT_EQ(papcclSuccess, papcclPutSignal(src.data(), count, papcclInt32, 1, w, 0, 0, 0, 0,
+                                                 rk.comm, nullptr));
+        continue;
+      }
+      papcclWaitSignalDesc_t d = {1, 0, 0, 0};
+      ASSERT_EQ(papcclSuccess, papcclWaitSignal(1, &d, rk.comm, nullptr));
+      ASSERT_EQ(Val(0, k, count - 1), win[count - 1]) << "the signal came before the data";
+      CheckPart(win, 0, count, 0, k, "put " + std::to_string(k));
+    }
+    EXPECT_EQ(papcclSuccess, papcclCommWindowDeregister(rk.comm, w));
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, OneSided, ::testing::Values(Mode::kThreads, Mode::kProcesses),
                          ModeParamName);
 
