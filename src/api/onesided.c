@@ -15,21 +15,11 @@
 #include "log.h"
 #include "onesided.h"
 
-/* The comm takes one-sided calls: set up, not finalized, not revoked. */
+/* The comm takes one-sided calls: it takes operations, is set up, and no group is open. */
 static papcclResult_t takesCalls(struct papComm* comm, const char* fn) {
+  PAP_CHECK(papCommTakesCalls(comm, fn));
   if (comm->tstate == NULL || comm->bs == NULL) {
-    PAP_WARN(
-        "%s: communicator is not initialized (non-blocking init: poll "
-        "papcclCommGetAsyncError until it returns papcclSuccess)",
-        fn);
-    return papcclInvalidUsage;
-  }
-  if (comm->finalized) {
-    PAP_WARN("%s: communicator was finalized", fn);
-    return papcclInvalidUsage;
-  }
-  if (atomic_load_explicit(&comm->revoked, memory_order_acquire)) {
-    PAP_WARN("%s: communicator was revoked: shrink, split, destroy or abort it", fn);
+    PAP_WARN("%s: communicator has no transport (its init failed)", fn);
     return papcclInvalidUsage;
   }
   if (papGroupDepth() > 0) {

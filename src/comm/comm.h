@@ -172,15 +172,19 @@ static inline struct papPidText papCommPidText(const struct papComm* comm, int r
   return t;
 }
 
-/* papcclSuccess, or papcclRemoteError with a WARN naming the dead peer. */
-static inline papcclResult_t papCommCheckDeadPeer(struct papComm* comm) {
-  int d = papCommDeadPeer(comm);
+/* papcclSuccess when d < 0, or papcclRemoteError with a WARN naming the dead peer d. */
+static inline papcclResult_t papCommDeadPeerError(struct papComm* comm, int d) {
   if (d < 0) return papcclSuccess;
   PAP_WARN(
       "rank %d (%s) died without leaving the communicator: rank %d's operation cannot "
       "complete",
       d, papCommPidText(comm, d).s, comm->rank);
   return papcclRemoteError;
+}
+
+/* papcclSuccess, or papcclRemoteError with a WARN naming the dead peer. */
+static inline papcclResult_t papCommCheckDeadPeer(struct papComm* comm) {
+  return papCommDeadPeerError(comm, papCommDeadPeer(comm));
 }
 
 /* Records the first asynchronous error. */

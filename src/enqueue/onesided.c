@@ -350,15 +350,10 @@ static papcclResult_t osLook(struct papComm* comm, struct papOneSided* st, osDon
   return res;
 }
 
+/* The comm's backend and the channel: a peer gone without leaving fails the call. */
 static papcclResult_t osHealth(struct papComm* comm, struct papOneSided* st) {
   PAP_CHECK(papCommCheckDeadPeer(comm));
-  int d = st->tops->live->deadPeer(st->tstate);
-  if (d < 0) return papcclSuccess;
-  PAP_WARN(
-      "rank %d (%s) died without leaving the communicator: rank %d's one-sided call cannot "
-      "complete",
-      d, papCommPidText(comm, d).s, comm->rank);
-  return papcclRemoteError;
+  return papCommDeadPeerError(comm, st->tops->live->deadPeer(st->tstate));
 }
 
 /* Waits, by the rules of the one wait (bounded, sleeping on the channel's doorbell, peers'

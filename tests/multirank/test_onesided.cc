@@ -19,10 +19,6 @@ namespace {
 class OneSided : public Test, public ::testing::WithParamInterface<Mode> {};
 class OneSidedApi : public Test {};
 
-std::string ModeParamName(const ::testing::TestParamInfo<Mode>& info) {
-  return ModeName(info.param);
-}
-
 int32_t Val(int from, int k, size_t i) {
   return (int32_t)(from * 1000003 + k * 7919 + (int32_t)(i % 100003));
 }
@@ -184,7 +180,9 @@ TEST_P(OneSided, DataBeforeSignal) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, OneSided, ::testing::Values(Mode::kThreads, Mode::kProcesses),
-                         ModeParamName);
+                         [](const ::testing::TestParamInfo<Mode>& info) {
+                           return std::string(ModeName(info.param));
+                         });
 
 // Bad input: each refused with one WARN naming the call and the argument.
 TEST_F(OneSidedApi, BadInput) {
