@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -276,9 +277,45 @@ TEST_F(OneSidedApi, BadInput) {
   });
 }
 
+// A wait for a signal that never comes ends at PAPCCL_TIMEOUT_S with a WARN that names it;
+// the channel goes on: a second window, a put and a wait work after it.
+TEST_F(OneSidedApi, TimeoutThenGoOn) {
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", "2");
+  std::atomic<int> timedOut{0};
+  RunThreads(2, [&](Rank& rk) {
+    std::vector<int32_t> a(16, -1), b(16, -1);
+    papcclWindow_t wa = Register(rk, a);
+    ASSERT_NE(nullptr, wa);
+    if (rk.rank == 0) {
+      ExpectWarn warn({"one-sided: rank 0 waits"});
+      papcclWaitSignalDesc_t d = {1, 1, 9, 0};
+      EXPECT_EQ(papcclRemoteError, papcclWaitSignal(1, &d, rk.comm, nullptr));
+      EXPECT_NE(std::string::npos, std::string(papcclGetLastError(rk.comm)).find("timed out"))
+          << papcclGetLastError(rk.comm);
+      timedOut.store(1);
+    } else {
+      while (timedOut.load() == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    papcclWindow_t wb = Register(rk, b);
+    ASSERT_NE(nullptr, wb);
+    int32_t x = 100 + rk.rank;
+    ASSERT_EQ(papcclSuccess,
+              papcclPutSignal(&x, 1, papcclInt32, 1 - rk.rank, wb, 12, 9, 0, 0, rk.comm, nullptr))
+        << papcclGetLastError(rk.comm);
+    papcclWaitSignalDesc_t d = {1, 1 - rk.rank, 9, 0};
+    ASSERT_EQ(papcclSuccess, papcclWaitSignal(1, &d, rk.comm, nullptr))
+        << papcclGetLastError(rk.comm);
+    EXPECT_EQ(100 + (1 - rk.rank), b[3]);
+    EXPECT_EQ(-1, a[3]) << "a put to window b landed in window a";
+    EXPECT_EQ(papcclSuccess, papcclCommWindowDeregister(rk.comm, wb));
+    EXPECT_EQ(papcclSuccess, papcclCommWindowDeregister(rk.comm, wa));
+  });
+}
+
 // A target that dies: the rank waiting for its signal and the rank whose put to it cannot
-// leave (larger than the FIFO) both fail with papcclRemoteError naming it (the timeout
-// would give papcclTimeout or another error).
+// leave (larger than the FIFO) both fail with papcclRemoteError and a WARN naming it (a
+// timeout, PAPCCL_TIMEOUT_S, would be papcclRemoteError too, but its WARN names no dead rank).
 TEST_F(OneSidedApi, DeadTarget) {
   ScopedEnv timeout("PAPCCL_TIMEOUT_S", "60");
   Options opt;
