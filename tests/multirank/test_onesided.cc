@@ -318,6 +318,37 @@ TEST_F(OneSidedApi, TimeoutThenGoOn) {
   });
 }
 
+// An abort from another thread ends a signal wait (and the channel's thread with the comm).
+TEST_F(OneSidedApi, AbortEndsAWait) {
+  Options opt;
+  opt.destroy = false;
+  std::atomic<int> waitEnded{0};
+  RunThreads(
+      2,
+      [&](Rank& rk) {
+        std::vector<int32_t> a(16, -1);
+        papcclWindow_t w = Register(rk, a);
+        ASSERT_NE(nullptr, w);
+        if (rk.rank == 1) {
+          // An aborted peer is a failed one: rank 1 ends only after rank 0's wait did.
+          while (waitEnded.load() == 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          EXPECT_EQ(papcclSuccess, papcclCommAbort(rk.comm));
+          return;
+        }
+        ExpectWarn any;
+        std::thread aborter([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          EXPECT_EQ(papcclSuccess, papcclCommAbort(rk.comm));
+        });
+        papcclWaitSignalDesc_t d = {1, 1, 0, 0};
+        EXPECT_NE(papcclSuccess, papcclWaitSignal(1, &d, rk.comm, nullptr));
+        aborter.join();
+        waitEnded.store(1);
+      },
+      opt);
+}
+
 // A target that dies: the rank waiting for its signal and the rank whose put to it cannot
 // leave (larger than the FIFO) both fail with papcclRemoteError and a WARN naming it (a
 // timeout, PAPCCL_TIMEOUT_S, would be papcclRemoteError too, but its WARN names no dead rank).
