@@ -43,7 +43,8 @@ struct osIn {
 };
 
 struct papOneSided {
-  pthread_mutex_t callLock; /* one one-sided call at a time per comm */
+  pthread_mutex_t callLock; /* one put or deregistration at a time per comm (their messages
+                             * go out in order) */
   pthread_mutex_t lock; /* the state below, between the calls and the thread */
   const struct papTransportOps* tops;
   void* tstate;
@@ -452,16 +453,14 @@ static int signalsDone(struct papOneSided* st, void* arg) {
 }
 
 papcclResult_t papOneSidedWait(struct papComm* comm, int nDesc, const papcclWaitSignalDesc_t* d) {
-  struct papOneSided* st = comm->onesided;
   struct osWaitArg a = {nDesc, d};
   char what[80];
   snprintf(what, sizeof(what),
            "one-sided: rank %d waits for %d signal descriptor(s) (first: peer %d)", comm->rank,
            nDesc, nDesc > 0 ? d[0].peer : -1);
-  pthread_mutex_lock(&st->callLock);
-  papcclResult_t res = osWait(comm, signalsDone, &a, what);
-  pthread_mutex_unlock(&st->callLock);
-  return res;
+  /* No callLock: a wait touches only the counts (under lock), so a put from another thread
+   * of this rank is not held up behind it. */
+  return osWait(comm, signalsDone, &a, what);
 }
 
 static int fencesDone(struct papOneSided* st, void* arg) {

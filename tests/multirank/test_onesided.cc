@@ -349,6 +349,38 @@ TEST_F(OneSidedApi, AbortEndsAWait) {
       opt);
 }
 
+// A wait does not hold up a put from another thread of the same rank: rank 0 waits for
+// rank 1's answer on one thread and puts the question on another; rank 1 answers after
+// the question arrived.
+TEST_F(OneSidedApi, WaitAndPutFromTwoThreads) {
+  RunThreads(2, [&](Rank& rk) {
+    std::vector<int32_t> a(16, -1);
+    papcclWindow_t w = Register(rk, a);
+    ASSERT_NE(nullptr, w);
+    int32_t q = 11, ans = 22;
+    if (rk.rank == 0) {
+      papcclResult_t waitRes = papcclInternalError;
+      std::thread waiter([&] {
+        papcclWaitSignalDesc_t d = {1, 1, 4, 0};
+        waitRes = papcclWaitSignal(1, &d, rk.comm, nullptr);
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the waiter goes first
+      EXPECT_EQ(papcclSuccess,
+                papcclPutSignal(&q, 1, papcclInt32, 1, w, 0, 4, 0, 0, rk.comm, nullptr));
+      waiter.join();
+      EXPECT_EQ(papcclSuccess, waitRes) << papcclGetLastError(rk.comm);
+      EXPECT_EQ(ans, a[1]);
+    } else {
+      papcclWaitSignalDesc_t d = {1, 0, 4, 0};
+      ASSERT_EQ(papcclSuccess, papcclWaitSignal(1, &d, rk.comm, nullptr));
+      EXPECT_EQ(q, a[0]);
+      ASSERT_EQ(papcclSuccess,
+                papcclPutSignal(&ans, 1, papcclInt32, 0, w, 4, 4, 0, 0, rk.comm, nullptr));
+    }
+    EXPECT_EQ(papcclSuccess, papcclCommWindowDeregister(rk.comm, w));
+  });
+}
+
 // A target that dies: the rank waiting for its signal and the rank whose put to it cannot
 // leave (larger than the FIFO) both fail with papcclRemoteError and a WARN naming it (a
 // timeout, PAPCCL_TIMEOUT_S, would be papcclRemoteError too, but its WARN names no dead rank).
