@@ -459,6 +459,57 @@ PAPCCL_API papcclResult_t papcclRecv(void* recvbuff, size_t count, papcclDataTyp
 PAPCCL_API papcclResult_t papcclRecvAny(void* recvbuff, size_t count, papcclDataType_t datatype,
                                         int* peer, papcclComm_t comm, papcclStream_t stream);
 
+/* ---- One-sided: windows, puts and signals (docs/ONE-SIDED.md) ---------------------------- */
+
+/* A window: one registered buffer per rank of a comm, made by a collective registration. */
+typedef struct papcclWindow* papcclWindow_t;
+
+/* Signal indices per peer (sigIdx takes 0 .. PAPCCL_MAX_SIGNALS - 1). */
+#define PAPCCL_MAX_SIGNALS 64
+/* Registration flags (NCCL's NCCL_WIN_*): only the default is taken. */
+#define PAPCCL_WIN_DEFAULT 0x00
+
+/* Collective over comm (every rank, in the same order of registrations): registers this
+ * rank's host buffer [buff, buff + size) as its part of a new window and returns the window
+ * (the same one names every rank's part). size may differ between ranks and be 0 (buff may
+ * then be NULL). Device memory: papcclInvalidUsage. */
+PAPCCL_API papcclResult_t papcclCommWindowRegister(papcclComm_t comm, void* buff, size_t size,
+                                                   papcclWindow_t* win, int winFlags);
+/* Collective: waits until every put that any rank issued before its deregistration has
+ * landed here, then frees the window. */
+PAPCCL_API papcclResult_t papcclCommWindowDeregister(papcclComm_t comm, papcclWindow_t win);
+/* This rank's buffer of win. */
+PAPCCL_API papcclResult_t papcclWinGetUserPtr(papcclComm_t comm, papcclWindow_t win, void** ptr);
+
+/* Writes count elements of datatype from localbuff into peer's part of peerWin at byte offset
+ * peerWinOffset, then adds one to this rank's signal sigIdx at peer: peer sees the signal
+ * only after the data. Returns once localbuff may be reused; the target takes no part (its
+ * one-sided thread lands the data). Puts from one rank to one peer land in order. ctx and
+ * flags must be 0; host buffers only; runs in the order of the calling thread's calls (on
+ * a stream too: as for host-buffer collectives). */
+PAPCCL_API papcclResult_t papcclPutSignal(const void* localbuff, size_t count,
+                                          papcclDataType_t datatype, int peer,
+                                          papcclWindow_t peerWin, size_t peerWinOffset, int sigIdx,
+                                          int ctx, unsigned int flags, papcclComm_t comm,
+                                          papcclStream_t stream);
+/* A signal without data: papcclPutSignal of zero bytes. */
+PAPCCL_API papcclResult_t papcclSignal(int peer, int sigIdx, int ctx, unsigned int flags,
+                                       papcclComm_t comm, papcclStream_t stream);
+
+/* How many signals (opCnt) to wait for from peer on sigIdx (ctx 0). */
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} papcclWaitSignalDesc_t;
+
+/* Waits (bounded by PAPCCL_TIMEOUT_S and abort, sleeping; a dead peer: papcclRemoteError)
+ * until, for each descriptor, peer's signal sigIdx arrived opCnt more times than waits took
+ * so far, then takes those counts: every put that signalled them has landed. */
+PAPCCL_API papcclResult_t papcclWaitSignal(int nDesc, const papcclWaitSignalDesc_t* signalDescs,
+                                           papcclComm_t comm, papcclStream_t stream);
+
 /* ---- Groups --------------------------------------------------------------------------- */
 
 /* Groups nest (thread-local depth). Operations issued inside are submitted together at the

@@ -35,6 +35,10 @@ int papGroupDepth(void);
 papcclResult_t papGroupAddOp(const struct papOpDesc* op);
 papcclResult_t papGroupAddInit(struct papComm* comm, const papcclUniqueId* id);
 
+/* The comm takes operations: initialized, not finalized, not revoked; a WARN naming fn says
+ * why not (collectives.c). */
+papcclResult_t papCommTakesCalls(struct papComm* comm, const char* fn);
+
 /* The hierarchical allreduce (hier.c) of a call whose path is PAP_PATH_HIER. */
 papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op);
 

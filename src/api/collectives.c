@@ -49,8 +49,7 @@ static const struct collKind kSend = {"papcclSend", PAP_COLL_SEND, 0, 1, 0, 0, 0
 static const struct collKind kRecv = {"papcclRecv", PAP_COLL_RECV, 0, 0, 1, 0, 0, 0};
 static const struct collKind kRecvAny = {"papcclRecvAny", PAP_COLL_RECV, 0, 0, 1, 0, 0, 0};
 
-/* The comm takes calls: initialized, not finalized, not revoked. */
-static papcclResult_t commTakesCalls(struct papComm* comm, const char* fn) {
+papcclResult_t papCommTakesCalls(struct papComm* comm, const char* fn) {
   if (!comm->tstate && comm->nranks > 0 && atomic_load(&comm->pendingJobs) > 0) {
     PAP_WARN(
         "%s: communicator is still initializing (non-blocking init): poll "
@@ -100,7 +99,7 @@ static papcclResult_t collCommon(struct papOpDesc* d, const struct collKind* k, 
   struct papComm* comm = d->comm;
   const char* fn = k->fn;
   PAP_CHECK(papCommEnter(comm, fn));
-  papcclResult_t res = commTakesCalls(comm, fn);
+  papcclResult_t res = papCommTakesCalls(comm, fn);
   if (res != papcclSuccess) goto out;
   PAP_CHECK_GOTO(configAlgo(d, k, config), res, out);
   PAP_CHECK_GOTO(papArgCheckType(fn, d->call.dtype), res, out);

@@ -19,6 +19,7 @@
 #include "futex.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "onesided.h"
 #include "param.h"
 
 static uint64_t hashString(const char* s, uint64_t h) {
@@ -252,6 +253,7 @@ out:
 void papCommTeardown(struct papComm* comm) {
   if (comm->growIdPending) papBootstrapCancelGrow(&comm->growId); /* its root: ends now */
   comm->growIdPending = 0;
+  papOneSidedFree(comm);
   papHierFree(comm, papCommAborted(comm));
   papProgressStop(comm);
   papDeviceCommFree(comm);

@@ -94,6 +94,8 @@ struct papComm {
   pthread_mutex_t devLock; /* guards dev's creation and its staging pool */
   struct papIpcState* ipc; /* CUDA IPC arenas (the CUDA layer), or NULL; engine.dev uses them */
   pthread_mutex_t progressLock;
+  struct papOneSided* onesided; /* windows and the one-sided channel (the enqueue layer's
+                                 * onesided.c), made by the first window registration */
 
   struct papUserOp userOps[PAP_MAX_USER_OPS];
   pthread_mutex_t userOpLock;
@@ -176,15 +178,19 @@ static inline struct papPidText papCommPidText(const struct papComm* comm, int r
   return t;
 }
 
-/* papcclSuccess, or papcclRemoteError with a WARN naming the dead peer. */
-static inline papcclResult_t papCommCheckDeadPeer(struct papComm* comm) {
-  int d = papCommDeadPeer(comm);
+/* papcclSuccess when d < 0, or papcclRemoteError with a WARN naming the dead peer d. */
+static inline papcclResult_t papCommDeadPeerError(struct papComm* comm, int d) {
   if (d < 0) return papcclSuccess;
   PAP_WARN(
       "rank %d (%s) died without leaving the communicator: rank %d's operation cannot "
       "complete",
       d, papCommPidText(comm, d).s, comm->rank);
   return papcclRemoteError;
+}
+
+/* papcclSuccess, or papcclRemoteError with a WARN naming the dead peer. */
+static inline papcclResult_t papCommCheckDeadPeer(struct papComm* comm) {
+  return papCommDeadPeerError(comm, papCommDeadPeer(comm));
 }
 
 /* Records the first asynchronous error. */

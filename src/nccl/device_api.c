@@ -76,7 +76,8 @@ NCCL_EXPORT int pncclLLA2ACalcSlots(int maxElts, int maxEltSize) {
 }
 NCCL_ALIAS(ncclLLA2ACalcSlots);
 
-/* Window pointers (nccl_device.h): no window can exist (ncclCommWindowRegister is refused). */
+/* Window pointers (nccl_device.h): papccl's windows are host buffers reached by its one-sided
+ * calls (docs/ONE-SIDED.md); the device API is refused. */
 NCCL_EXPORT ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset,
                                                           void** outPtr);
 NCCL_EXPORT ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset,

@@ -8,6 +8,7 @@
 #include "nccl.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -395,15 +396,12 @@ NCCL_ALIAS(ncclCommDeregister);
 
 NCCL_EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
                                                  ncclWindow_t* win, int winFlags) {
-  (void)buff, (void)size, (void)winFlags;
-  if (win != NULL) *win = NULL;
-  return papNcclNotImplemented(comm, "ncclCommWindowRegister", "window registration");
+  return RES(papcclCommWindowRegister(COMM(comm), buff, size, (papcclWindow_t*)win, winFlags));
 }
 NCCL_ALIAS(ncclCommWindowRegister);
 
 NCCL_EXPORT ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  (void)win;
-  return papNcclNotImplemented(comm, "ncclCommWindowDeregister", "window registration");
+  return RES(papcclCommWindowDeregister(COMM(comm), (papcclWindow_t)win));
 }
 NCCL_ALIAS(ncclCommWindowDeregister);
 
@@ -566,35 +564,40 @@ NCCL_EXPORT ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t st
 }
 NCCL_ALIAS(ncclCommMemStats);
 
-/* No window can exist (ncclCommWindowRegister is refused). */
+/* Windows and one-sided calls (docs/ONE-SIDED.md): host buffers over papccl's one-sided
+ * channel. */
 NCCL_EXPORT ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
-  (void)win;
-  if (outUserPtr != NULL) *outUserPtr = NULL;
-  return papNcclNotImplemented(comm, "ncclWinGetUserPtr", "window registration");
+  return RES(papcclWinGetUserPtr(COMM(comm), (papcclWindow_t)win, outUserPtr));
 }
 NCCL_ALIAS(ncclWinGetUserPtr);
 
-/* One-sided communication (puts into a peer's window and signals). */
 NCCL_EXPORT ncclResult_t pncclPutSignal(const void* localbuff, size_t count,
                                         ncclDataType_t datatype, int peer, ncclWindow_t peerWin,
                                         size_t peerWinOffset, int sigIdx, int ctx,
                                         unsigned int flags, ncclComm_t comm, cudaStream_t stream) {
-  (void)localbuff, (void)count, (void)datatype, (void)peer, (void)peerWin, (void)peerWinOffset;
-  (void)sigIdx, (void)ctx, (void)flags, (void)stream;
-  return papNcclNotImplemented(comm, "ncclPutSignal", "one-sided communication");
+  return RES(papcclPutSignal(localbuff, count, DT(datatype), peer, (papcclWindow_t)peerWin,
+                             peerWinOffset, sigIdx, ctx, flags, COMM(comm), STREAM(stream)));
 }
 NCCL_ALIAS(ncclPutSignal);
 
 NCCL_EXPORT ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags,
                                      ncclComm_t comm, cudaStream_t stream) {
-  (void)peer, (void)sigIdx, (void)ctx, (void)flags, (void)stream;
-  return papNcclNotImplemented(comm, "ncclSignal", "one-sided communication");
+  return RES(papcclSignal(peer, sigIdx, ctx, flags, COMM(comm), STREAM(stream)));
 }
 NCCL_ALIAS(ncclSignal);
 
+/* ncclWaitSignalDesc_t and papcclWaitSignalDesc_t: the same four ints in the same order. */
+_Static_assert(sizeof(ncclWaitSignalDesc_t) == sizeof(papcclWaitSignalDesc_t) &&
+                   offsetof(ncclWaitSignalDesc_t, opCnt) ==
+                       offsetof(papcclWaitSignalDesc_t, opCnt) &&
+                   offsetof(ncclWaitSignalDesc_t, peer) == offsetof(papcclWaitSignalDesc_t, peer) &&
+                   offsetof(ncclWaitSignalDesc_t, sigIdx) ==
+                       offsetof(papcclWaitSignalDesc_t, sigIdx) &&
+                   offsetof(ncclWaitSignalDesc_t, ctx) == offsetof(papcclWaitSignalDesc_t, ctx),
+               "wait signal descriptors differ");
 NCCL_EXPORT ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs,
                                          ncclComm_t comm, cudaStream_t stream) {
-  (void)nDesc, (void)signalDescs, (void)stream;
-  return papNcclNotImplemented(comm, "ncclWaitSignal", "one-sided communication");
+  return RES(papcclWaitSignal(nDesc, (const papcclWaitSignalDesc_t*)signalDescs, COMM(comm),
+                              STREAM(stream)));
 }
 NCCL_ALIAS(ncclWaitSignal);

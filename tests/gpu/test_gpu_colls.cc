@@ -513,6 +513,35 @@ TEST(GpuColls, GraphCaptureIsAClearError) {
   });
 }
 
+// One-sided calls take host buffers only (docs/ONE-SIDED.md): a device window and a put
+// from device memory are refused with papcclInvalidUsage and a WARN; host windows work on
+// the same comm, also while device buffers exist.
+TEST(GpuColls, OneSidedRefusesDeviceBuffers) {
+  onRanks(2, [&](int rank, papcclComm_t comm, cudaStream_t st) {
+    const size_t count = 1024;
+    float* dev;
+    CU(cudaMalloc(&dev, count * 4));
+    papcclWindow_t w = nullptr;
+    EXPECT_EQ(papcclInvalidUsage, papcclCommWindowRegister(comm, dev, count * 4, &w, 0));
+    EXPECT_NE(nullptr, strstr(papcclGetLastError(comm), "device memory"))
+        << papcclGetLastError(comm);
+    EXPECT_EQ(nullptr, w);
+    std::vector<float> host(count, -1.0f);
+    PC(papcclCommWindowRegister(comm, host.data(), count * 4, &w, 0));
+    EXPECT_EQ(papcclInvalidUsage,
+              papcclPutSignal(dev, count, papcclFloat32, 1 - rank, w, 0, 0, 0, 0, comm, st));
+    EXPECT_NE(nullptr, strstr(papcclGetLastError(comm), "device memory"))
+        << papcclGetLastError(comm);
+    std::vector<float> src(count, (float)(rank + 1));
+    PC(papcclPutSignal(src.data(), count, papcclFloat32, 1 - rank, w, 0, 0, 0, 0, comm, st));
+    papcclWaitSignalDesc_t d = {1, 1 - rank, 0, 0};
+    PC(papcclWaitSignal(1, &d, comm, st));
+    EXPECT_EQ((float)(2 - rank), host[count - 1]);
+    PC(papcclCommWindowDeregister(comm, w));
+    cudaFree(dev);
+  });
+}
+
 // One group per rank: a device allreduce on the rank's stream, a host-buffer allreduce, and
 // a device allreduce on a second stream whose input is written late. After the group, a
 // kernel on the second stream reads the first stream's result: the streams were joined.

@@ -351,6 +351,50 @@ TEST_F(Ucx, ReceiveFromAnySource) {
   ExpectAllSucceeded(out, "receive from any source over ucx");
 }
 
+// One-sided over UCX (docs/ONE-SIDED.md): each rank, a host of its own, puts into its
+// successor's window (above UCX's eager limit over TCP: a rendezvous) and signals; every
+// rank checks what its predecessor put; then a signal alone from every rank to rank 0.
+TEST_F(Ucx, OneSidedPutSignal) {
+  auto out = RunProcesses(
+      3,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, rk.rank);
+        ASSERT_NE(nullptr, rk.comm);
+        const size_t count = 40000;
+        std::vector<int32_t> win(2 * count, -1), src(count);
+        auto val = [](int from, size_t i) { return (int32_t)(from * 7919 + (int32_t)i); };
+        papcclWindow_t w = nullptr;
+        ASSERT_EQ(papcclSuccess, papcclCommWindowRegister(rk.comm, win.data(),
+                                                          win.size() * sizeof(int32_t), &w, 0))
+            << papcclGetLastError(rk.comm);
+        int next = (rk.rank + 1) % rk.nranks, prev = (rk.rank + rk.nranks - 1) % rk.nranks;
+        for (size_t i = 0; i < count; i++)
+          src[i] = val(rk.rank, i);
+        ASSERT_EQ(papcclSuccess,
+                  papcclPutSignal(src.data(), count, papcclInt32, next, w, count * sizeof(int32_t),
+                                  0, 0, 0, rk.comm, nullptr))
+            << papcclGetLastError(rk.comm);
+        papcclWaitSignalDesc_t d = {1, prev, 0, 0};
+        ASSERT_EQ(papcclSuccess, papcclWaitSignal(1, &d, rk.comm, nullptr))
+            << papcclGetLastError(rk.comm);
+        for (size_t i = 0; i < count; i++)
+          ASSERT_EQ(val(prev, i), win[count + i]) << "element " << i << " from rank " << prev;
+        EXPECT_EQ(-1, win[0]) << "a put landed outside its offset";
+        ASSERT_EQ(papcclSuccess, papcclSignal(0, 7, 0, 0, rk.comm, nullptr));
+        if (rk.rank == 0) {
+          std::vector<papcclWaitSignalDesc_t> all;
+          for (int p = 0; p < rk.nranks; p++)
+            all.push_back({1, p, 7, 0});
+          ASSERT_EQ(papcclSuccess, papcclWaitSignal((int)all.size(), all.data(), rk.comm, nullptr))
+              << papcclGetLastError(rk.comm);
+        }
+        EXPECT_EQ(papcclSuccess, papcclCommWindowDeregister(rk.comm, w));
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      OwnComms(120));
+  ExpectAllSucceeded(out, "one-sided puts over ucx");
+}
+
 // Destroy is local, and a root can finish a broadcast before the others arrive. Over a
 // network the arrival board goes with rank 0's communicator, so rank 0 destroying right
 // after its broadcast must not make the late ranks' broadcast fail.

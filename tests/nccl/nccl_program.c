@@ -227,8 +227,8 @@ static void errors(ncclComm_t comm) {
   CHECK(res == ncclInvalidArgument, "revoke with flags 3 returned %d", (int)res);
   /* What papccl does not implement is refused with ncclInvalidUsage and a reason. */
   ncclWindow_t win;
-  res = ncclCommWindowRegister(comm, &f, sizeof(f), &win, NCCL_WIN_DEFAULT);
-  CHECK(res == ncclInvalidUsage, "window register returned %d", (int)res);
+  res = ncclCommWindowRegister(comm, &f, sizeof(f), &win, NCCL_WIN_COLL_SYMMETRIC);
+  CHECK(res == ncclInvalidUsage, "symmetric window register returned %d", (int)res);
   ncclResult_t async = ncclInternalError;
   NCCL_OK(ncclCommGetAsyncError(comm, &async));
   CHECK(async == ncclSuccess, "async error %d", (int)async);
@@ -239,6 +239,41 @@ static void errors(ncclComm_t comm) {
   NCCL_OK(ncclMemFree(mem));
   res = ncclMemFree(&f);
   CHECK(res == ncclInvalidArgument, "ncclMemFree of a stack pointer returned %d", (int)res);
+}
+
+/* One-sided: every rank puts a block into its successor's window (byte offset r * blk) and
+ * signals; then one signal alone to every peer; the waits take them, the data is checked. */
+static void oneSided(ncclComm_t comm, int n, int r) {
+  const size_t blk = 4099;
+  float* w = fbuf(blk * (size_t)n);
+  float* s = fbuf(blk);
+  ncclWindow_t win = NULL;
+  NCCL_OK(ncclCommWindowRegister(comm, w, blk * (size_t)n * sizeof(float), &win, NCCL_WIN_DEFAULT));
+  if (win == NULL) return;
+  void* user = NULL;
+  NCCL_OK(ncclWinGetUserPtr(comm, win, &user));
+  CHECK(user == (void*)w, "window user pointer %p, want %p", user, (void*)w);
+  for (size_t i = 0; i < blk; i++)
+    s[i] = val(r, i);
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  NCCL_OK(ncclPutSignal(s, blk, ncclFloat32, next, win, (size_t)r * blk * sizeof(float), 0, 0, 0,
+                        comm, 0));
+  ncclWaitSignalDesc_t d = {1, prev, 0, 0};
+  NCCL_OK(ncclWaitSignal(1, &d, comm, 0));
+  int bad = 0;
+  for (size_t i = 0; i < blk; i++)
+    bad += w[(size_t)prev * blk + i] != val(prev, i);
+  CHECK(bad == 0, "put/signal from rank %d: %d wrong (%g, want %g)", prev, bad,
+        w[(size_t)prev * blk], val(prev, 0));
+  for (int p = 0; p < n; p++)
+    NCCL_OK(ncclSignal(p, 3, 0, 0, comm, 0));
+  for (int p = 0; p < n; p++) {
+    ncclWaitSignalDesc_t e = {1, p, 3, 0};
+    NCCL_OK(ncclWaitSignal(1, &e, comm, 0));
+  }
+  NCCL_OK(ncclCommWindowDeregister(comm, win));
+  free(w);
+  free(s);
 }
 
 static int runRank(ncclUniqueId id, int n, int r) {
@@ -276,6 +311,7 @@ static int runRank(ncclUniqueId id, int n, int r) {
   CHECK(cn == n && cr == r, "count %d rank %d", cn, cr);
 
   collectives(comm, n, r);
+  oneSided(comm, n, r);
   errors(comm);
 
   /* Split: even and odd ranks; the last rank opts out with NCCL_SPLIT_NOCOLOR. */
