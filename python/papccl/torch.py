@@ -54,9 +54,9 @@ def _create(opts, pg_options=None):
     # needs every rank of the parent; the ranks are the default group's, which are global).
     split_from = getattr(opts, "split_from", None)
     if isinstance(split_from, ProcessGroupPapccl):
-        _default_papccl_timeout(_timeout_ms(opts.timeout))
-        return split_from._split([int(r) for r in opts.global_ranks_in_group],
-                                 _timeout_ms(opts.timeout))
+        timeout_ms = _timeout_ms(opts.timeout)
+        _default_papccl_timeout(timeout_ms)
+        return split_from._split([int(r) for r in opts.global_ranks_in_group], timeout_ms)
     name = opts.group_id or "default"
     with _generation_lock:
         _generation[name] += 1

@@ -55,12 +55,12 @@ static uint64_t pidNamespace(void) {
 /* Same value for every process of one host (ranks that reach each other through shared
  * memory): PAPCCL_HOSTID, else the kernel and the host name (containers on one machine
  * with their own names may not share /dev/shm). */
-static uint64_t localHostId(void) {
+static uint64_t localHostId(uint64_t machine) {
   const char* force = papParamHostId();
   if (force) return hashString(force, 1);
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  return hashString(host, machineId());
+  return hashString(host, machine);
 }
 
 #define PAP_CPU_WORDS 16 /* CPUs 0..1023 */
@@ -87,8 +87,8 @@ static void affinityMask(uint64_t* words) {
  * over the bootstrap; the per-peer arrays of comm, with each peer's host id and pid. */
 static papcclResult_t exchangePeerInfo(struct papComm* comm, struct peerInfo* info) {
   int n = comm->nranks;
-  info[comm->rank].hostId = localHostId();
-  info[comm->rank].machineId = machineId();
+  info[comm->rank].machineId = machineId(); /* read once: the boot id is a file */
+  info[comm->rank].hostId = localHostId(info[comm->rank].machineId);
   info[comm->rank].pidNs = pidNamespace();
   info[comm->rank].pid = (int32_t)getpid();
   info[comm->rank].rank = comm->rank;
