@@ -91,7 +91,8 @@ struct papTransportCaps {
 struct papMsgOps {
   /* Post a message; *reqOut == NULL means no resources now: retry later. Messages on one
    * conn match in posting order; tag is checked (a mismatch is an internal error).
-   * papcclRemoteError without a WARN (isend): the peer is gone (live->peerAlive says 0). */
+   * papcclRemoteError without a WARN (isend, and test of a send): the peer is gone
+   * (live->peerAlive says 0 from then on). */
   papcclResult_t (*isend)(struct papConn* conn, const void* buf, size_t bytes, int memType,
                           uint64_t tag, struct papReq** reqOut);
   papcclResult_t (*irecv)(struct papConn* conn, void* buf, size_t bytes, int memType, uint64_t tag,

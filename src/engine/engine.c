@@ -375,6 +375,19 @@ static inline int depsDone(const struct papEngine* e, const struct papStep* s) {
   return 1;
 }
 
+/* res of posting or testing send step s. A send that failed because its peer is gone
+ * (papcclRemoteError, peerAlive 0; the transport said nothing) goes back to waiting when
+ * sends to dead peers are held (the caller's health check says why), else it fails with one
+ * WARN naming the peer. */
+static papcclResult_t sendGone(struct papEngine* e, struct papStep* s, papcclResult_t res) {
+  if (res != papcclRemoteError || e->tops->live->peerAlive(e->tstate, s->peer)) return res;
+  s->req = NULL;
+  s->state = PAP_STEP_IDLE;
+  if (e->holdDeadSends) return papcclSuccess;
+  PAP_WARN("a send to peer %d failed: it is gone", s->peer);
+  return res;
+}
+
 static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* progressed) {
   size_t esz;
   switch (s->kind) {
@@ -385,12 +398,7 @@ static papcclResult_t startStep(struct papEngine* e, struct papStep* s, int* pro
     if (e->holdDeadSends && !e->tops->live->peerAlive(e->tstate, s->peer)) break;
     papcclResult_t res =
         e->tops->msg->isend(e->conns[s->peer], s->src, s->bytes, PAP_MEM_HOST, s->tag, &s->req);
-    if (res == papcclRemoteError && !e->tops->live->peerAlive(e->tstate, s->peer)) {
-      s->req = NULL;
-      if (e->holdDeadSends) break; /* as above */
-      PAP_WARN("a send to peer %d failed: it is gone", s->peer);
-    }
-    PAP_CHECK(res);
+    PAP_CHECK(sendGone(e, s, res));
     if (s->req) s->state = PAP_STEP_POSTED;
     break;
   case PAP_STEP_RECV: {
@@ -492,9 +500,11 @@ papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
       int dev = s->kind == PAP_STEP_DCOPY || s->kind == PAP_STEP_DREDUCE;
       if (dev)
         PAP_CHECK(e->dev.ops->test(e->dev.ctx, s, &done));
+      else if (s->kind == PAP_STEP_SEND)
+        PAP_CHECK(sendGone(e, s, e->tops->msg->test(s->req, &done, NULL)));
       else
         PAP_CHECK(e->tops->msg->test(s->req, &done, NULL));
-      if (done) {
+      if (done && s->state == PAP_STEP_POSTED) {
         if (dev) {
           s->devReq = NULL;
           e->devPosted--;

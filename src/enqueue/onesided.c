@@ -331,6 +331,12 @@ static int sendsDone(struct papOneSided* st, void* arg) {
   return 1;
 }
 
+/* The comm's backend and the channel: a peer gone without leaving fails the call. */
+static papcclResult_t osHealth(struct papComm* comm, struct papOneSided* st) {
+  PAP_CHECK(papCommCheckDeadPeer(comm));
+  return papCommDeadPeerError(comm, st->tops->live->deadPeer(st->tstate));
+}
+
 /* One look, under the lock: progress, land what came, ask done. */
 static papcclResult_t osLook(struct papComm* comm, struct papOneSided* st, osDoneFn done, void* arg,
                              int* doneOut) {
@@ -345,16 +351,12 @@ static papcclResult_t osLook(struct papComm* comm, struct papOneSided* st, osDon
     st->err = res;
   }
   pthread_mutex_unlock(&st->lock);
-  if (res != papcclSuccess)
-    PAP_WARN("one-sided: rank %d's channel failed (%s): see the WARN above", comm->rank,
-             papcclGetErrorString(res));
+  if (res == papcclSuccess) return res;
+  /* A send the backend failed without a WARN: its peer is gone; the health check names it. */
+  PAP_CHECK(osHealth(comm, st));
+  PAP_WARN("one-sided: rank %d's channel failed (%s): see the WARN above", comm->rank,
+           papcclGetErrorString(res));
   return res;
-}
-
-/* The comm's backend and the channel: a peer gone without leaving fails the call. */
-static papcclResult_t osHealth(struct papComm* comm, struct papOneSided* st) {
-  PAP_CHECK(papCommCheckDeadPeer(comm));
-  return papCommDeadPeerError(comm, st->tops->live->deadPeer(st->tstate));
 }
 
 /* Waits, by the rules of the one wait (bounded, sleeping on the channel's doorbell, peers'

@@ -578,6 +578,59 @@ TEST_F(Ucx, DeadPeerInHierarchyFailsCleanly) {
   DeadPeerFailsCleanly({0, 0, 1, 1}, 3, false);
 }
 
+// A rank killed with chunks of a large allreduce in flight: a survivor's send already posted
+// to it fails inside UCX (endpoint timeout or reset) rather than at its post. Every survivor
+// still fails naming the dead rank within the bound: the failed send is held like one to a
+// peer known to be gone, and the health check says who. Before, "ucx: a send failed"
+// could come back instead (about one grow loop in ten).
+void SendInFlightToKilledRank(const NetnsHosts* ns) {
+  const int n = 3, victim = 1;
+  ScopedEnv timeout("PAPCCL_TIMEOUT_S", "20");
+  ScopedEnv fault("PAPCCL_FAULT", "kill@chunk:rank=1:nth=60");
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, rk.rank, ns);
+        ASSERT_NE(nullptr, rk.comm);
+        ExpectWarn warned;  // the survivors log why they fail
+        std::vector<float> b((size_t)4 << 20);
+        papcclResult_t r = papcclSuccess;
+        double t0 = 0, end = 0;
+        for (int i = 0; i < 40 && r == papcclSuccess; i++) {
+          std::fill(b.begin(), b.end(), 1.0f);
+          t0 = NowS();
+          r = papcclAllReduce(b.data(), b.data(), b.size(), papcclFloat32, papcclSum, rk.comm,
+                              nullptr);
+          end = NowS();
+          if (r == papcclSuccess) {
+            ASSERT_EQ((float)n, b[b.size() - 1]) << "call " << i;
+          }
+        }
+        const std::string why = papcclGetLastError(rk.comm);
+        fprintf(stderr, "rank %d: returned %d after %.3f s: %s\n", rk.rank, (int)r, end - t0,
+                why.c_str());
+        ExpectDeadRankSeen(r, end - t0, why, victim, "rank " + std::to_string(rk.rank));
+        if (rk.rank == 0) usleep(500000);  // it holds the arrival board: see DeadPeer above
+        EXPECT_EQ(papcclSuccess, papcclCommAbort(rk.comm));
+      },
+      OwnComms(120));
+  ExpectKilledAndSurvivors(out, victim);
+}
+
+TEST_F(Ucx, SendInFlightToKilledRankNamesItHostIds) {
+  if (!papTestFaultHookBuilt()) GTEST_SKIP() << "this build has no PAPCCL_FAULT hook";
+  SendInFlightToKilledRank(nullptr);
+}
+
+TEST_F(Ucx, SendInFlightToKilledRankNamesItNetns) {
+  if (!papTestFaultHookBuilt()) GTEST_SKIP() << "this build has no PAPCCL_FAULT hook";
+  PAPT_NEED_NETNS();
+  NetnsHosts ns(3);
+  ASSERT_TRUE(ns.ok()) << "netns-hosts.sh up failed (its output is above)";
+  ScopedEnv rendezvous("PAPCCL_COMM_ID", NetnsHosts::Address(0) + ":29503");
+  SendInFlightToKilledRank(&ns);
+}
+
 // Takes this namespace's eth0 down, as a pulled cable would (the process is root there).
 bool LinkDown(const char* ifname) {
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);

@@ -58,6 +58,7 @@ struct papReq {
   struct papReq* prev; /* outstanding requests: finalize cancels what the engine left */
   struct papReq* next;
   struct ucxState* st;
+  struct papConn* conn; /* a send's conn: a send failed on a dead endpoint marks it dead */
   ucs_status_ptr_t ucpReq;
   ucp_worker_h worker;
   int isRecv;

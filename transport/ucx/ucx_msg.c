@@ -98,6 +98,17 @@ static void postParams(ucp_request_param_t* p, struct papConn* c, struct papReq*
   r->worker = c->st->worker;
 }
 
+/* A send that failed because the endpoint did (the peer is gone, before or after its error
+ * handler ran): the peer is dead, and the caller, which can tell why, says so without a WARN
+ * here (papMsgOps.isend and test). Any other status is the transport's own failure. */
+static papcclResult_t sendFailed(struct papConn* c, const char* what, ucs_status_t s) {
+  if (s == UCS_ERR_ENDPOINT_TIMEOUT || s == UCS_ERR_CONNECTION_RESET || s == UCS_ERR_UNREACHABLE) {
+    atomic_store_explicit(&c->dead, 1, memory_order_release);
+    return papcclRemoteError;
+  }
+  return papUcxFail(what, s);
+}
+
 static papcclResult_t ucxIsend(struct papConn* c, const void* buf, size_t bytes, int memType,
                                uint64_t tag, struct papReq** reqOut) {
   (void)memType;
@@ -112,15 +123,9 @@ static papcclResult_t ucxIsend(struct papConn* c, const void* buf, size_t bytes,
   if (UCS_PTR_IS_ERR(r->ucpReq)) {
     ucs_status_t s = UCS_PTR_STATUS(r->ucpReq);
     free(r);
-    /* The endpoint failed (the peer is gone) before its error handler ran: the peer is dead,
-     * and the caller, which can tell why, says so (papMsgOps.isend). */
-    if (s == UCS_ERR_ENDPOINT_TIMEOUT || s == UCS_ERR_CONNECTION_RESET ||
-        s == UCS_ERR_UNREACHABLE) {
-      atomic_store_explicit(&c->dead, 1, memory_order_release);
-      return papcclRemoteError;
-    }
-    return papUcxFail("ucp_tag_send_nbx", s);
+    return sendFailed(c, "ucp_tag_send_nbx", s);
   }
+  r->conn = c;
   r->bytes = bytes;
   reqTrack(c->st, r);
   *reqOut = r;
@@ -199,7 +204,7 @@ static papcclResult_t ucxTest(struct papReq* r, int* doneOut, size_t* sizeOut) {
   if (r->ucpReq != NULL) return papcclSuccess; /* still in progress */
   papcclResult_t res = papcclSuccess;
   if (s != UCS_OK) {
-    res = papUcxFail(r->isRecv ? "a receive" : "a send", s);
+    res = r->isRecv ? papUcxFail("a receive", s) : sendFailed(r->conn, "a send", s);
   } else if (r->isRecv && len != r->bytes) {
     PAP_WARN("ucx: message of %zu bytes where %zu were expected", len, r->bytes);
     res = papcclInternalError;
