@@ -5,7 +5,8 @@
 # virtual environment) and Debian's Gloo; the same sizes and arrival patterns, the same timing
 # loop and call counts (bench_loop.c), libraries alternating within each round. Prints one
 # table of medians over the rounds with the ratio papccl/peer per cell, and writes every cell
-# to $OUT/cells.tsv (for plot.py). A run that fails (a wrong element, a crash, a timeout)
+# to $OUT/cells.tsv (for plot.py), then the goals (goals.py) against the best peer and the
+# floors measured in the run ($OUT/floors.tsv). A run that fails (a wrong element, a crash, a timeout)
 # fails the benchmark and shows as FAIL in its cell.
 #
 # Usage: perf/compare/run.sh [--quick]      BUILD=dir (default ./build), OUT=dir (default a
@@ -45,8 +46,10 @@ mkdir -p "$OUT/bin"
 C=$BUILD/perf/compare
 cells=$OUT/cells.tsv
 fails=$OUT/failed.tsv
+floorsf=$OUT/floors.tsv
 : >"$cells"
 : >"$fails"
+: >"$floorsf"
 cpus=$(nproc)
 
 # shellcheck source=perf/compare/peers.sh
@@ -118,8 +121,25 @@ run_lib() { # lib pattern skew round nranks
     "$log" >>"$cells"
 }
 
+# This machine's floors, measured at the start of every round next to the libraries (they
+# move by 2x between minutes on a shared VM): 2 threads each copying 64 MiB at once (the
+# 2-rank memory floor; its rate gives the post-arrival floor of goals.py) and the 2-process
+# cache-line exchange (the 2-rank 8 B floor).
+floors() { # round
+  local m l
+  m=$("$BUILD/perf/memfloor" -s 64M -t 2 -r 5 2>/dev/null | awk '$1 == "memfloor_us" { print $2 }')
+  l=$("$BUILD/perf/linefloor" -r 5 2>/dev/null | awk '$1 == "exchange_us" { print $2 }')
+  if [ -n "$m" ]; then
+    printf '%s\tmemfloor64_us\t%s\n' "$1" "$m"
+    awk -v r="$1" -v m="$m" 'BEGIN { printf "%s\tcopy_gbps\t%.3f\n", r, 2 * 67108864 / m / 1000 }'
+  fi
+  [ -n "$l" ] && printf '%s\texchange_us\t%s\n' "$1" "$l"
+  return 0
+}
+
 start=$(date +%s)
 for round in $(seq 1 "$ROUNDS"); do
+  floors "$round" >>"$floorsf"
   for n in $NRANKS; do
     for p in $PATTERNS; do
       # Alternate the order within each round, so no library always runs first (warm caches,
@@ -139,6 +159,7 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ), $cpus CPUs, $NRANKS ranks, $ROUNDS round(s)
 settings
 python3 "$root/perf/compare/table.py" "$cells" "$fails"
 rc=$?
+python3 "$root/perf/compare/goals.py" "$cells" "$floorsf"
 for lib in ${REQUIRE:-papccl}; do
   cut -f2 "$cells" | grep -qx "$lib" || { echo "# required library $lib gave no cells"; rc=1; }
 done
