@@ -17,7 +17,9 @@ static const char* const kPathNames[PAP_PATH_COUNT] = {"local", "board", "flat",
 static const char* const kWhy[PAP_WHY_COUNT] = {
     [PAP_WHY_NONE] = "not decided",
     [PAP_WHY_P2P] = "send or receive, no arrival",
-    [PAP_WHY_HIER] = "several hosts, blocking ungrouped sum/prod/min/max allreduce",
+    [PAP_WHY_HIER] =
+        "several hosts, blocking ungrouped sum/prod/min/max allreduce >= "
+        "PAPCCL_HIER_MIN_BYTES",
     [PAP_WHY_ARENA] = "device arenas: the op is in the arenas' collectives and sizes",
     [PAP_WHY_FLAT] = "allreduce <= PAPCCL_FLAT_MAX_BYTES alone on one host",
     [PAP_WHY_EMPTY] = "count 0",
@@ -44,12 +46,14 @@ const char* papPathWhyString(int why) {
 }
 
 /* The hierarchical allreduce (src/api/hier.c) serves the call: the comm has the inner comms
- * (hosts with several ranks); non-blocking comms and groups need the whole call queued as
- * one; averages and pre-multiplied sums would be scaled per level; deterministic mode fixes
- * one order. */
+ * (hosts with several ranks); the call is not small (PAPCCL_HIER_MIN_BYTES: three
+ * collectives in a row cost more than one flat plan there); non-blocking comms and groups
+ * need the whole call queued as one; averages and pre-multiplied sums would be scaled per
+ * level; deterministic mode fixes one order. */
 static int hierApplies(const struct papComm* comm, const struct papOpDesc* op, unsigned ctx) {
   if (comm->hierLocal == NULL || op->call.coll != PAP_COLL_ALLREDUCE || op->call.count == 0)
     return 0;
+  if (op->call.count * papKernTypeSize(op->call.dtype) < (uint64_t)papParamHierMinBytes()) return 0;
   if (!comm->blocking || (ctx & PAP_PATHCTX_GROUPED) || papParamDeterministic()) return 0;
   return op->op == papcclSum || op->op == papcclProd || op->op == papcclMax || op->op == papcclMin;
 }

@@ -42,6 +42,9 @@
   X(Hier, "PAPCCL_HIER", 1, 0, 1, \
     "when ranks span hosts and a host has several: allreduce = reduce to the host leader (shared " \
     "memory), allreduce among leaders (network), broadcast; `0`: one flat plan over the network") \
+  X(HierMinBytes, "PAPCCL_HIER_MIN_BYTES", 65536, 0, INT64_MAX, \
+    "allreduces smaller than this take one flat plan over the network instead of the host " \
+    "hierarchy: its three collectives in a row cost more than they save on small messages") \
   X(Deterministic, "PAPCCL_DETERMINISTIC", 0, 0, 1, \
     "`1`: allreduce results bitwise identical whatever the arrival order, the commit point and " \
     "the chunking (AC2S with one canonical reduction tree)") \

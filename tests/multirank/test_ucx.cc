@@ -189,6 +189,9 @@ TEST_P(UcxHosts, EveryCollectiveTypeOpAndPattern) {
   // The hierarchy applies when some host has more than one rank.
   const bool expectHier = hier && n > hosts;
   ScopedEnv hierEnv("PAPCCL_HIER", hier ? "1" : "0");
+  // Every size through the hierarchy, small ones too (by default they take one flat plan):
+  // its results are checked for every type and op below.
+  ScopedEnv hierMin("PAPCCL_HIER_MIN_BYTES", "0");
   std::unique_ptr<NetnsHosts> ns;
   if (netns) {
     PAPT_NEED_NETNS();

@@ -89,7 +89,9 @@ void Check(const std::vector<Row>& rows) {
 
 const char* const kSelector = "board: the selector chooses from the arrivals";
 const char* const kFlat = "flat: allreduce <= PAPCCL_FLAT_MAX_BYTES alone on one host";
-const char* const kHier = "hier: several hosts, blocking ungrouped sum/prod/min/max allreduce";
+const char* const kHier =
+    "hier: several hosts, blocking ungrouped sum/prod/min/max allreduce >= "
+    "PAPCCL_HIER_MIN_BYTES";
 const char* const kArena = "arena: device arenas: the op is in the arenas' collectives and sizes";
 
 TEST(Path, AutomaticChoices) {
@@ -114,8 +116,12 @@ TEST(Path, AutomaticChoices) {
       {"count 0", OneHost(), Call("allreduce", 0), papcclPathLocal, 0, "local: count 0"},
       {"one rank", one, Call("allreduce", 1 << 20), papcclPathLocal, 0, "local: one rank"},
       {"2 hosts x 2, 1 MiB sum", TwoHosts(), Call("allreduce", 1 << 20), papcclPathHier, 0, kHier},
-      {"2 hosts x 2, 8 B max", TwoHosts(), Call("allreduce", 8, papcclMax), papcclPathHier, 0,
-       kHier},
+      {"2 hosts x 2, 64 KiB max (PAPCCL_HIER_MIN_BYTES)", TwoHosts(),
+       Call("allreduce", 65536, papcclMax), papcclPathHier, 0, kHier},
+      {"2 hosts x 2, 64 KiB - 4: one flat plan", TwoHosts(), Call("allreduce", 65532),
+       papcclPathBoard, 2, "board: the selector, every PAPCCL_PAP_PROBE-th call (message board)"},
+      {"2 hosts x 2, 8 B max: one flat plan", TwoHosts(), Call("allreduce", 8, papcclMax),
+       papcclPathBoard, 2, "board: the selector, every PAPCCL_PAP_PROBE-th call (message board)"},
       {"2 hosts x 2, avg", TwoHosts(), Call("allreduce", 1 << 20, papcclAvg), papcclPathBoard, 2,
        "board: the selector, every PAPCCL_PAP_PROBE-th call (message board)"},
       {"2 hosts x 2, non-blocking", nonBlocking, Call("allreduce", 1 << 20), papcclPathBoard, 2,
