@@ -60,7 +60,8 @@ papcclResult_t papStepCopyIfNeeded(struct papEngine* e, void* dst, const void* s
 
 papcclResult_t papAlgoPlan(struct papEngine* e, struct papCall* op, struct papChain** chainOut) {
   *chainOut = NULL;
-  papPlanBeginOp(e, op->seq);
+  size_t result = op->count * papKernTypeSize(op->dtype);
+  papPlanBeginOp(e, op->seq, op->coll == PAP_COLL_ALLGATHER ? result * (size_t)e->nranks : result);
   /* Through the ranks' device memory: the op's path (the same on every rank). */
   if (op->arena) return papAlgoArena(e, op);
   switch (op->coll) {

@@ -122,8 +122,9 @@ void papPlanReset(struct papEngine* e) {
   }
 }
 
-void papPlanBeginOp(struct papEngine* e, uint64_t seq) {
+void papPlanBeginOp(struct papEngine* e, uint64_t seq, size_t resultBytes) {
   e->curSeq = seq;
+  e->streamFinal = resultBytes >= (uint64_t)papParamStreamMinBytes();
   memset(e->sendN, 0, sizeof(uint32_t) * (size_t)e->nranks);
   memset(e->recvN, 0, sizeof(uint32_t) * (size_t)e->nranks);
 }
@@ -298,7 +299,7 @@ static inline struct papStageSlot* stageCtl(struct papEngine* e, int r, int slot
 }
 
 void papStepMarkFinal(struct papEngine* e, int idx) {
-  if (idx >= 0 && idx < e->nsteps &&
+  if (e->streamFinal && idx >= 0 && idx < e->nsteps &&
       (e->steps[idx].kind == PAP_STEP_RECV || e->steps[idx].kind == PAP_STEP_FETCH))
     e->steps[idx].flags |= PAP_STEP_F_FINAL;
 }

@@ -30,7 +30,9 @@ enum {
 };
 
 /* The step writes data this plan never reads again: stream it past the caches
- * (non-temporal stores), saving the read-for-ownership of the destination lines. */
+ * (non-temporal stores), saving the read-for-ownership of the destination lines. Only for
+ * results of at least PAPCCL_STREAM_MIN_BYTES: a smaller result stays in cache for the
+ * caller, who reads it next (streaming cost 1.2-1.7x at 1-16 MiB on a 2-core VM). */
 #define PAP_STEP_F_FINAL 1
 
 struct papStep {
@@ -108,6 +110,7 @@ struct papEngine {
   uint32_t* sendN; /* [nranks] messages to each peer in the current op (tags) */
   uint32_t* recvN;
   uint64_t curSeq; /* sequence number of the op being planned */
+  int streamFinal; /* the op being planned streams its final pieces (papPlanBeginOp) */
   /* Set by the layer above (the arrival layer sets them for a message board's mismatch
    * check, docs/PAP-ENGINE.md section 11). holdDeadSends: a send to a peer known to be gone
    * waits (its step stays unposted) instead of failing, so that the caller's health check
@@ -136,7 +139,9 @@ void papEngineFree(struct papEngine* e);
 void papPlanReset(struct papEngine* e);
 /* Starts the steps of one op; message tags become (seq, n-th message on the queue), which
  * both ends compute alike, so a plan mismatch between ranks is caught, not silently wrong. */
-void papPlanBeginOp(struct papEngine* e, uint64_t seq);
+/* resultBytes: the size of the op's result on this rank; from PAPCCL_STREAM_MIN_BYTES up its
+ * final pieces are streamed past the caches (PAP_STEP_F_FINAL). */
+void papPlanBeginOp(struct papEngine* e, uint64_t seq, size_t resultBytes);
 int papStepSend(struct papEngine* e, int peer, const void* src, size_t bytes, int dep0, int dep1);
 int papStepRecv(struct papEngine* e, int peer, void* dst, size_t bytes, int dep0, int dep1);
 int papStepRecvReduce(struct papEngine* e, int peer, void* dst, const void* src, size_t bytes,

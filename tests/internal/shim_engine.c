@@ -59,7 +59,7 @@ int papTestEngineSendFailsInFlight(int hold, int* heldOut, int* postsOut) {
   e.holdDeadSends = hold;
   char data[64] = {0};
   papPlanReset(&e);
-  papPlanBeginOp(&e, 1);
+  papPlanBeginOp(&e, 1, sizeof(data));
   int idx = papStepSend(&e, 1, data, sizeof(data), -1, -1);
   for (int pass = 0; pass < 4 && res == papcclSuccess && idx >= 0; pass++) {
     int progressed = 0;

@@ -386,6 +386,43 @@ INSTANTIATE_TEST_SUITE_P(Algos, AllReduceSmallChunk, ::testing::Values("ring", "
                            return info.param;
                          });
 
+// Final pieces streamed past the caches (non-temporal stores): by default only for results
+// of PAPCCL_STREAM_MIN_BYTES (64 MiB) and up; here for every result, so that the streamed
+// copies of the ring, AC2S (fetched from the owner's staging), the chain and the ring
+// allgather and chain broadcast are checked at sizes whose pieces stream (64 KiB and up).
+TEST_F(Collectives, StreamedFinalPieces) {
+  ScopedEnv stream("PAPCCL_STREAM_MIN_BYTES", "0");
+  for (const char* algo : {"ring", "ac2s", "chain"}) {
+    ScopedEnv force("PAPCCL_ALGO", algo);
+    papTestCommParamReset();  // this process may have read the parameters before
+    RunRanks(Mode::kProcesses, 3, [&](Rank& rk) {
+      uint32_t seed = 6000;
+      for (size_t count : {size_t(262147), size_t(1048576)}) {
+        for (bool inPlace : {false, true}) {
+          Case c;
+          c.coll = Coll::kAllReduce;
+          c.type = papcclFloat32;
+          c.op = Op::kSum;
+          c.count = count;
+          c.inPlace = inPlace;
+          c.seed = seed++;
+          RunCase(rk, c);
+        }
+      }
+      for (Coll coll : {Coll::kAllGather, Coll::kBroadcast}) {
+        Case c;
+        c.coll = coll;
+        c.type = papcclFloat32;
+        c.count = 300007;
+        c.root = 2;
+        c.seed = seed++;
+        RunCase(rk, c);
+      }
+    });
+  }
+  papTestCommParamReset();
+}
+
 TEST_F(Collectives, AllReduceAlgoProcesses) {
   ScopedEnv chunk("PAPCCL_CHUNK_SIZE", "4096");
   for (const char* algo : {"ring", "rhd"}) {
