@@ -2,12 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # papccl against today's peers on this host: Open MPI 5 and MPICH 5 (PyPI wheels,
 # scripts/setup-peers.sh), Debian's Open MPI 4.1, torch.distributed's gloo (the project's
-# virtual environment) and Debian's Gloo; the same sizes and arrival patterns, the same timing
-# loop and call counts (bench_loop.c), libraries alternating within each round. Prints one
-# table of medians over the rounds with the ratio papccl/peer per cell, and writes every cell
-# to $OUT/cells.tsv (for plot.py), then the goals (goals.py) against the best peer and the
-# floors measured in the run ($OUT/floors.tsv). A run that fails (a wrong element, a crash, a timeout)
-# fails the benchmark and shows as FAIL in its cell.
+# virtual environment), Debian's Gloo and, on request, DeepSpeed's shared-memory allreduce;
+# the same sizes and arrival patterns, the same timing loop and call counts (bench_loop.c),
+# libraries alternating within each round. Prints one table of medians over the rounds with
+# the ratio papccl/peer per cell, and writes every cell to $OUT/cells.tsv (for plot.py), then
+# the goals (goals.py) against the best peer and the floors measured in the run
+# ($OUT/floors.tsv). A run that fails (a wrong element, a crash, a timeout) fails the
+# benchmark and shows as FAIL in its cell.
 #
 # Usage: perf/compare/run.sh [--quick]      BUILD=dir (default ./build), OUT=dir (default a
 #   temp dir), NRANKS (rank counts, "4"; e.g. "2 4 8"), ROUNDS (3), ITERS (20), WARMUP (10),
@@ -15,13 +16,16 @@
 #   ITERS; the same counts for every library),
 #   PATTERNS ("balanced:0 late:2000 late:20000 staircase:20000"; trace:FILE replays a
 #   recorded arrival pattern, e.g. one that papccl.torch.save_trace wrote in training),
-#   LIBS ("papccl openmpi5 mpich5 openmpi4 torch-gloo gloo-ring"; also gloo-halving_doubling),
+#   LIBS ("papccl openmpi5 mpich5 openmpi4 torch-gloo gloo-ring"; also gloo-halving_doubling
+#   and deepspeed-shm: deepspeed.comm.inference_all_reduce, whose CPU op DeepSpeed compiles on
+#   first use (a minute); its wheel is not in the environment by default, see perf/README.md),
 #   SIZES (all_reduce sizes as -b/-e/-f, "-b 64K -e 16M -f 16"; e.g. "-b 8 -e 64M -f 8", or a
 #   list, "--sizes 8,64K,1M,16M"), CELL_TIMEOUT (900 s per library run),
 #   MPICH_OVERSUB (0: MPICH runs only where ranks <= CPUs, see perf/README.md; 1: always),
 #   PEERS (where scripts/setup-peers.sh put the MPI wheels, <cache>/papccl/peers),
-#   PYTHON (the project's virtual environment's, for torch-gloo), REQUIRE ("papccl": libraries
-#   that must give cells; one not installed fails the run instead of being left out)
+#   PYTHON (the project's virtual environment's, for torch-gloo and deepspeed-shm), REQUIRE
+#   ("papccl": libraries that must give cells; one not installed fails the run instead of
+#   being left out)
 # --quick: one round, 64 KiB and 1 MiB, patterns balanced and late:2000, few calls (CI smoke).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -63,6 +67,16 @@ declare -A mpi_launch=(
   [openmpi5]="mpirun ${root_args[*]} --oversubscribe --mca btl self,sm -np"
   [openmpi4]="mpirun ${root_args[*]} --oversubscribe --mca btl self,vader -np"
   [mpich5]="mpiexec -n")
+# DeepSpeed's op is compiled once, here, not inside a timed library run; a peer that does not
+# load is left out with the reason.
+ds_probe="not requested" ds_ready=""
+if [[ " $LIBS " == *" deepspeed-shm "* ]]; then
+  ds_probe=$(PAPCMP_TORCH_BACKEND=deepspeed-shm timeout -k 10 "$CELL_TIMEOUT" "$PYTHON" \
+    "$root/perf/compare/torch_cmp.py" --probe 2>&1) && ds_ready=1
+  ds_probe=$(tail -n 1 <<<"$ds_probe")
+  [ -n "$ds_ready" ] || ds_probe="left out, $ds_probe (install: \"$PYTHON\" -m pip install -r python/requirements-deepspeed.txt)"
+  [ -n "$ds_ready" ] || echo "# deepspeed-shm: $ds_probe" >&2
+fi
 settings() { # printed under the table
   echo "# papccl $(git -C "$root" describe --always --dirty 2>/dev/null || echo '?'): defaults (papcclrun)"
   for lib in $LIBS; do
@@ -72,6 +86,10 @@ settings() { # printed under the table
         echo "# $lib: $(peer_version "$lib"): ${mpi_launch[$lib]} N" ;;
     torch-gloo) echo "# torch-gloo: torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null), init_process_group(\"gloo\"), one thread per rank" ;;
     gloo-*) echo "# $lib: Debian libgloo, TCP on loopback" ;;
+    deepspeed-shm)
+      if [ -n "$ds_ready" ]; then
+        echo "# deepspeed-shm: $ds_probe; deepspeed.comm.inference_all_reduce on the gloo group, LOCAL_SIZE=N, one thread per rank"
+      else echo "# deepspeed-shm: $ds_probe"; fi ;;
     esac
   done
 }
@@ -95,23 +113,33 @@ run_lib() { # lib pattern skew round nranks
     peer_driver "$lib" "$OUT/bin" || { echo "# $lib: building its driver failed" >&2; return 0; }
     # shellcheck disable=SC2086 # the launch line is words
     PATH="$p/bin:$PATH" PAPCMP_NAME=$lib "${t[@]}" ${mpi_launch[$lib]} "$n" "$OUT/bin/mpi_cmp-$lib" "${args[@]}" ;;
-  torch-gloo)
+  torch-gloo | deepspeed-shm)
     if [ ! -f "$C/libpapccl_cmp_pyloop.so" ] || ! "$PYTHON" -c 'import torch' 2>/dev/null; then
-      echo "# torch-gloo: no torch at $PYTHON (scripts/setup-venv.sh)" >&2
+      echo "# $lib: no torch at $PYTHON (scripts/setup-venv.sh)" >&2
       return 0
     fi
-    local store
+    if [ "$lib" = deepspeed-shm ] && [ -z "$ds_ready" ]; then
+      echo "# deepspeed-shm: $ds_probe" >&2
+      return 0
+    fi
+    local store rc=0
     store=$(mktemp -d "$OUT/torch-store.XXXXXX")
-    PAPCMP_LOOP=$C/libpapccl_cmp_pyloop.so PAPCMP_TORCH_STORE=$store "${t[@]}" \
-      "$BUILD/src/launcher/papcclrun" -n "$n" "$PYTHON" "$root/perf/compare/torch_cmp.py" "${args[@]}"
-    rm -rf "$store" ;;
+    # DeepSpeed names its shm segments after MASTER_ADDR/PORT and never removes them: a token
+    # of this run keeps runs apart, and they are removed after it.
+    PAPCMP_TORCH_BACKEND=${lib#torch-} LOCAL_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=${store##*.} \
+      PAPCMP_LOOP=$C/libpapccl_cmp_pyloop.so PAPCMP_TORCH_STORE=$store "${t[@]}" \
+      "$BUILD/src/launcher/papcclrun" -n "$n" "$PYTHON" "$root/perf/compare/torch_cmp.py" "${args[@]}" ||
+      rc=$?
+    rm -rf "$store" "/dev/shm/deepspeed_allreduce_buffer_$(id -u)_127.0.0.1_${store##*.}_"*
+    [ "$rc" = 0 ] ;;
   gloo-*)
     [ -x "$C/gloo_cmp" ] || { echo "# gloo: gloo_cmp not built (libgloo-dev missing)" >&2; return 0; }
-    local store
+    local store rc=0
     store=$(mktemp -d "$OUT/gloo-store.XXXXXX")
     PAPCMP_GLOO_STORE=$store PAPCMP_GLOO_ALGO=${lib#gloo-} "${t[@]}" \
-      "$BUILD/src/launcher/papcclrun" -n "$n" "$C/gloo_cmp" "${args[@]}"
-    rm -rf "$store" ;;
+      "$BUILD/src/launcher/papcclrun" -n "$n" "$C/gloo_cmp" "${args[@]}" || rc=$?
+    rm -rf "$store"
+    [ "$rc" = 0 ] ;; # the run's status, not rm's, decides FAIL
   esac >"$log" 2>&1 || {
     echo "# $lib $pat:$skew n=$n round $4 failed, see $log" >&2
     printf '%s\t%s\t%s\t%s:%s\n' "$4" "$lib" "$n" "$pat" "$skew" >>"$fails"
