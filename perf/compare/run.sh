@@ -63,6 +63,9 @@ root_args=()
 # Each peer as its documentation has it for one host: Open MPI's shared-memory BTL (sm in
 # 5.x, vader in 4.x) with --oversubscribe (it then yields when idle); MPICH's defaults (its
 # shared memory within a host; it yields every MPIR_CVAR_POLLS_BEFORE_YIELD polls).
+# Open MPI's lines are its one-host defaults (ob1, sm/vader with CMA, tuned), kept as they are
+# although its allreduce maps a fresh temporary on every call above 32 MiB: its users get the
+# same (perf/README.md, "Open MPI at 64 MiB, 2 ranks").
 declare -A mpi_launch=(
   [openmpi5]="mpirun ${root_args[*]} --oversubscribe --mca btl self,sm -np"
   [openmpi4]="mpirun ${root_args[*]} --oversubscribe --mca btl self,vader -np"
