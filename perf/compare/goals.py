@@ -94,8 +94,13 @@ def main():
             own = cells.get(("papccl", n, "balanced:0", size), {})
             late = cells.get(("papccl", n, pat, size), {})
             rs = [late[r][1] / own[r][0] for r in late if r in own and own[r][0] > 0]
-            judge("late: tail <= own balanced", cell, tail, bal, 1.0, "papccl balanced inColl",
-                  st.median(rs) if rs else nan)
+            # The same ratio for the peer with the best tail: what the machine does to a
+            # call that comes after a wait, whoever runs it.
+            pb = med((who, n, "balanced:0", size), 0)
+            ptail = med((who, n, pat, size), 1)
+            peer = f"; {who}'s own: {ptail / pb:.2f}x" if pb == pb and pb > 0 else ""
+            judge("late: tail <= own balanced", cell, tail, bal, 1.0,
+                  "papccl balanced inColl" + peer, st.median(rs) if rs else nan)
         if n == 4 and size == 16 << 20 and pat.endswith(":20000") and "copy_gbps" in floors:
             floor_us = (n + 2) * size / floors["copy_gbps"] / 1000.0
             judge("16 MiB, 20 ms late, 4 ranks: tail <= 1.5x post-arrival floor", cell, tail,

@@ -287,19 +287,24 @@ std::vector<size_t> AlgoCounts() {
   return {1, 3, 5, 7, rd - 1, rd, rd + 1, rhd - 1, rhd, rhd + 1, 200003};
 }
 
+// A float32 sum allreduce of count elements, out of place then in place.
+void RunSumBothPlaces(Rank& rk, size_t count, uint32_t& seed) {
+  for (bool inPlace : {false, true}) {
+    Case c;
+    c.coll = Coll::kAllReduce;
+    c.type = papcclFloat32;
+    c.op = Op::kSum;
+    c.count = count;
+    c.inPlace = inPlace;
+    c.seed = seed++;
+    RunCase(rk, c);
+  }
+}
+
 void RunAlgoCounts(Rank& rk, uint32_t seedBase) {
   uint32_t seed = seedBase;
   for (size_t count : AlgoCounts()) {
-    for (bool inPlace : {false, true}) {
-      Case c;
-      c.coll = Coll::kAllReduce;
-      c.type = papcclFloat32;
-      c.op = Op::kSum;
-      c.count = count;
-      c.inPlace = inPlace;
-      c.seed = seed++;
-      RunCase(rk, c);
-    }
+    RunSumBothPlaces(rk, count, seed);
     if (count > 100000) continue;  // the largest count: float32 only (time)
     // Narrow element sizes split the vector at other byte offsets.
     Case b;
@@ -397,18 +402,8 @@ TEST_F(Collectives, StreamedFinalPieces) {
     papTestCommParamReset();  // this process may have read the parameters before
     RunRanks(Mode::kProcesses, 3, [&](Rank& rk) {
       uint32_t seed = 6000;
-      for (size_t count : {size_t(262147), size_t(1048576)}) {
-        for (bool inPlace : {false, true}) {
-          Case c;
-          c.coll = Coll::kAllReduce;
-          c.type = papcclFloat32;
-          c.op = Op::kSum;
-          c.count = count;
-          c.inPlace = inPlace;
-          c.seed = seed++;
-          RunCase(rk, c);
-        }
-      }
+      for (size_t count : {size_t(262147), size_t(1048576)})
+        RunSumBothPlaces(rk, count, seed);
       for (Coll coll : {Coll::kAllGather, Coll::kBroadcast}) {
         Case c;
         c.coll = coll;
