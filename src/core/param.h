@@ -42,10 +42,10 @@
   X(Hier, "PAPCCL_HIER", 1, 0, 1, \
     "when ranks span hosts and a host has several: allreduce = reduce to the host leader (shared " \
     "memory), allreduce among leaders (network), broadcast; `0`: one flat plan over the network") \
-  X(StreamMinBytes, "PAPCCL_STREAM_MIN_BYTES", 67108864, 0, INT64_MAX, \
+  X(StreamMinBytes, "PAPCCL_STREAM_MIN_BYTES", 67108864, 0, 1099511627776, \
     "from this result size up, the last copy of each piece into the caller's buffer bypasses " \
     "the caches (non-temporal stores); smaller results stay in cache for the caller") \
-  X(HierMinBytes, "PAPCCL_HIER_MIN_BYTES", 65536, 0, INT64_MAX, \
+  X(HierMinBytes, "PAPCCL_HIER_MIN_BYTES", 65536, 0, 1099511627776, \
     "allreduces smaller than this take one flat plan over the network instead of the host " \
     "hierarchy: its three collectives in a row cost more than they save on small messages") \
   X(Deterministic, "PAPCCL_DETERMINISTIC", 0, 0, 1, \
