@@ -44,8 +44,8 @@ static int fakeAlive(void* s, int peer) {
 }
 
 int papTestEngineSendFailsInFlight(int hold, int* heldOut, int* postsOut) {
-  static const struct papMsgOps msg = {.test = fakeTest, .progress = fakeProgress,
-                                       .isend = fakeIsend};
+  static const struct papMsgOps msg = {
+      .test = fakeTest, .progress = fakeProgress, .isend = fakeIsend};
   static const struct papLiveOps live = {.peerAlive = fakeAlive};
   struct papTransportOps tops;
   memset(&tops, 0, sizeof(tops));
