@@ -29,6 +29,13 @@ void papPerfDelayUs(double us) {
   }
 }
 
+void papPerfComputeUs(double us) {
+  if (us <= 0) return;
+  double end = papPerfNow() + us * 1e-6;
+  while (papPerfNow() < end) {
+  }
+}
+
 static int parseInt(const char* s, long lo, long hi, long* out) {
   char* end;
   errno = 0;
@@ -132,6 +139,8 @@ int papPerfArrivalParse(const char* text, struct papPerfArrival* out, char* err,
   out->seed = 12345;
   if (strcmp(text, "balanced") == 0) {
     out->kind = PAP_PERF_ARRIVAL_BALANCED;
+  } else if (strcmp(text, "together") == 0) {
+    out->kind = PAP_PERF_ARRIVAL_TOGETHER;
   } else if (strcmp(text, "staircase") == 0) {
     out->kind = PAP_PERF_ARRIVAL_STAIRCASE;
   } else if (strcmp(text, "late") == 0) {
@@ -159,8 +168,8 @@ int papPerfArrivalParse(const char* text, struct papPerfArrival* out, char* err,
     return loadTrace(text + 6, out, err, errLen);
   } else {
     snprintf(err, errLen,
-             "unknown arrival pattern '%s' (balanced, late, late:R, late-k:K, staircase, uniform, "
-             "normal, trace:FILE)",
+             "unknown arrival pattern '%s' (balanced, together, late, late:R, late-k:K, staircase, "
+             "uniform, normal, trace:FILE)",
              text);
     return -1;
   }
@@ -191,6 +200,8 @@ double papPerfArrivalDelayUs(const struct papPerfArrival* a, int rank, int nrank
     return s > 0 && rank == (a->lateRank < 0 ? nranks - 1 : a->lateRank) ? s : 0;
   case PAP_PERF_ARRIVAL_LATE_K:
     return s > 0 && rank >= nranks - a->k ? s : 0;
+  case PAP_PERF_ARRIVAL_TOGETHER:
+    return s > 0 ? s : 0;
   case PAP_PERF_ARRIVAL_STAIRCASE:
     return s > 0 && nranks > 1 ? s * rank / (nranks - 1) : 0;
   case PAP_PERF_ARRIVAL_UNIFORM:
@@ -221,6 +232,9 @@ void papPerfArrivalDescribe(const struct papPerfArrival* a, int nranks, char* bu
     break;
   case PAP_PERF_ARRIVAL_LATE_K:
     snprintf(buf, len, "late-k:%d (the last %d ranks %g us late)", a->k, a->k, a->skewUs);
+    break;
+  case PAP_PERF_ARRIVAL_TOGETHER:
+    snprintf(buf, len, "together (every rank %g us late)", a->skewUs);
     break;
   case PAP_PERF_ARRIVAL_STAIRCASE:
     snprintf(buf, len, "staircase (rank r arrives r*%g/%d us late)", a->skewUs,

@@ -13,8 +13,13 @@ extern "C" {
 
 /* CLOCK_MONOTONIC in seconds; comparable across processes on one host. */
 double papPerfNow(void);
-/* Waits us microseconds: sleeps most of it, spins (bounded, 50 us) the last stretch. */
+/* Waits us microseconds: sleeps most of it, spins (bounded, 50 us) the last stretch. For
+ * tests, which need an order of arrival and not a model of the work before it. */
 void papPerfDelayUs(double us);
+/* Computes for us microseconds: spins the whole time, holding its core as a training rank's
+ * forward pass does. Benchmarks make their late ranks wait with this, never with a sleep: a
+ * sleeping late rank would lend its core to the waiting ranks. */
+void papPerfComputeUs(double us);
 
 enum papPerfArrivalKind {
   PAP_PERF_ARRIVAL_BALANCED = 0,
@@ -23,7 +28,8 @@ enum papPerfArrivalKind {
   PAP_PERF_ARRIVAL_LATE_K = 3, /* late-k:K: the last K ranks arrive skew late */
   PAP_PERF_ARRIVAL_UNIFORM = 4, /* every rank, every call: U[0, skew] */
   PAP_PERF_ARRIVAL_NORMAL = 5, /* N(skew/2, skew/6) clipped to [0, skew] */
-  PAP_PERF_ARRIVAL_TRACE = 6 /* trace:FILE: one line per call, one offset (us) per rank */
+  PAP_PERF_ARRIVAL_TRACE = 6, /* trace:FILE: one line per call, one offset (us) per rank */
+  PAP_PERF_ARRIVAL_TOGETHER = 7 /* every rank arrives skew late: balanced after the same work */
 };
 
 #define PAP_PERF_TRACE_MAX_ROWS 100000
@@ -39,7 +45,7 @@ struct papPerfArrival {
   double* trace;
 };
 
-/* Parses balanced, late, late:R, late-k:K, staircase, uniform, normal or trace:FILE (read
+/* Parses balanced, together, late, late:R, late-k:K, staircase, uniform, normal or trace:FILE (read
  * now). Returns 0, or -1 with a reason in err. Free with papPerfArrivalFree. */
 int papPerfArrivalParse(const char* text, struct papPerfArrival* out, char* err, size_t errLen);
 void papPerfArrivalFree(struct papPerfArrival* arrival);

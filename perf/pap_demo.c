@@ -159,7 +159,7 @@ static void* demoRank(void* arg) {
   for (int it = 0; it < d->iters; it++) {
     memset(recv, 0xa5, bytes); /* poison: a skipped write shows up */
     barrier(comm);
-    papPerfDelayUs(papPerfArrivalDelayUs(&d->arrival, dr->rank, d->nranks, it));
+    papPerfComputeUs(papPerfArrivalDelayUs(&d->arrival, dr->rank, d->nranks, it));
     stamps[2 * it] = papPerfNow();
     DCHECK(comm, papcclAllReduce(send, recv, count, papcclFloat32, papcclSum, comm, NULL));
     stamps[2 * it + 1] = papPerfNow();

@@ -178,7 +178,7 @@ static void benchTime(struct perfRank* r, papcclDataType_t type, int op, int roo
     double* st = r->pap;
     for (int it = 0; it < o->iters; it++) {
       papPerfBarrier(r);
-      papPerfDelayUs(papPerfArrivalDelayUs(&o->arrival, r->rank, p->nranks, r->calls++));
+      papPerfComputeUs(papPerfArrivalDelayUs(&o->arrival, r->rank, p->nranks, r->calls++));
       double t0 = papPerfNow();
       runIter(r, type, op, root, inPlace, it);
       double t1 = papPerfNow();

@@ -155,7 +155,7 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     for (int w = 0; w < warmup; w++) {
       memcpy(buf, mine, count * sizeof(float));
       if (lib->barrier(lib->ctx) != 0) return 1;
-      papPerfDelayUs(papPerfArrivalDelayUs(&arr, lib->rank, lib->nranks, call++));
+      papPerfComputeUs(papPerfArrivalDelayUs(&arr, lib->rank, lib->nranks, call++));
       if (lib->allreduceF32(lib->ctx, buf, count) != 0) return 1;
     }
     int cellIters = cmpCallsFor(bytes, iters, smallMult);
@@ -163,7 +163,7 @@ int cmpRun(struct cmpLib* lib, int argc, char** argv) {
     for (int it = 0; it < cellIters; it++) {
       memcpy(buf, mine, count * sizeof(float));
       if (lib->barrier(lib->ctx) != 0) return 1;
-      papPerfDelayUs(papPerfArrivalDelayUs(&arr, lib->rank, lib->nranks, call++));
+      papPerfComputeUs(papPerfArrivalDelayUs(&arr, lib->rank, lib->nranks, call++));
       double t0 = papPerfNow();
       if (lib->allreduceF32(lib->ctx, buf, count) != 0) return 1;
       double t1 = papPerfNow();

@@ -70,11 +70,32 @@ def main():
         rows.append((goal, cell, f"{value:.1f}", f"{ref:.1f} ({what})", f"{r:.2f}",
                      f"{pair:.2f}" if pair == pair else "-", f"<= {bound}", ok))
 
+    def own_ratio(n, pat, size, tail):
+        """The tail against papccl's balanced call after the same work (pattern together:S,
+        every rank S us late): a call after S us of work finds colder caches than one back to
+        back, whoever is late."""
+        skew = pat.split(":", 1)[1] if ":" in pat else ""
+        key = ("papccl", n, "together:" + skew, size)
+        if not skew or key not in cells:
+            return
+        own, late = cells[key], cells.get(("papccl", n, pat, size), {})
+        rs = [late[r][1] / own[r][0] for r in late if r in own and own[r][0] > 0]
+        judge("late: tail <= own balanced after the same work", f"{n} ranks, {pat}, {size} B",
+              tail, med(key, 0), 1.0, "papccl together:" + skew + " inColl",
+              st.median(rs) if rs else nan)
+
     for (lib, n, pat, size) in sorted(cells, key=lambda k: k[1:]):
         if lib != "papccl":
             continue
         incoll, tail = med((lib, n, pat, size), 0), med((lib, n, pat, size), 1)
         cell = f"{n} ranks, {pat}, {size} B"
+        if pat.startswith("together"):
+            # Every rank did the same work before the call: balanced, as a training step is.
+            ref, who = best(n, pat, size, 0)
+            if ref == ref:
+                judge("balanced after work <= best peer", cell, incoll, ref, 1.0, who,
+                      paired(n, pat, size, 0))
+            continue
         if pat.startswith("balanced"):
             ref, who = best(n, pat, size, 0)
             judge("balanced <= best peer", cell, incoll, ref, 1.0, who, paired(n, pat, size, 0))
@@ -101,6 +122,7 @@ def main():
             peer = f"; {who}'s own: {ptail / pb:.2f}x" if pb == pb and pb > 0 else ""
             judge("late: tail <= own balanced", cell, tail, bal, 1.0,
                   "papccl balanced inColl" + peer, st.median(rs) if rs else nan)
+        own_ratio(n, pat, size, tail)
         if n == 4 and size == 16 << 20 and pat.endswith(":20000") and "copy_gbps" in floors:
             floor_us = (n + 2) * size / floors["copy_gbps"] / 1000.0
             judge("16 MiB, 20 ms late, 4 ranks: tail <= 1.5x post-arrival floor", cell, tail,

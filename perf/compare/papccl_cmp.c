@@ -39,7 +39,7 @@ static int timeline(papcclComm_t comm, int rank, int n, const char* path) {
     for (size_t i = 0; i < count; i++)
       buf[i] = 1.0f;
     if (barrier(comm)) return 1;
-    papPerfDelayUs(rank == n - 1 ? 20000 : 0);
+    papPerfComputeUs(rank == n - 1 ? 20000 : 0);
     double t0 = papPerfNow();
     if (ar32(comm, buf, count)) return 1;
     double t1 = papPerfNow();

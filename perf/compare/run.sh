@@ -15,7 +15,10 @@
 #   SMALL_MULT (50: sizes under 1 MiB run ITERS x 1 MiB/size calls, at most SMALL_MULT x
 #   ITERS; the same counts for every library),
 #   PATTERNS ("balanced:0 late:2000 late:20000 staircase:20000"; trace:FILE replays a
-#   recorded arrival pattern, e.g. one that papccl.torch.save_trace wrote in training),
+#   recorded arrival pattern, e.g. one that papccl.torch.save_trace wrote in training;
+#   together:S, every rank S us late, is the balanced call after the same work),
+#   OWN_PATTERNS (patterns papccl alone runs, its own references: e.g. "together:20000", which
+#   goals.py sets beside the late:20000 tails),
 #   LIBS ("papccl openmpi5 mpich5 openmpi4 torch-gloo gloo-ring"; also gloo-halving_doubling
 #   and deepspeed-shm: deepspeed.comm.inference_all_reduce, whose CPU op DeepSpeed compiles on
 #   first use (a minute); its wheel is not in the environment by default, see perf/README.md),
@@ -38,12 +41,13 @@ SMALL_MULT=${SMALL_MULT:-50}
 WARMUP=${WARMUP:-10}
 CELL_TIMEOUT=${CELL_TIMEOUT:-900}
 PATTERNS=${PATTERNS:-"balanced:0 late:2000 late:20000 staircase:20000"}
+OWN_PATTERNS=${OWN_PATTERNS:-}
 LIBS=${LIBS:-"papccl openmpi5 mpich5 openmpi4 torch-gloo gloo-ring"}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/papccl
 PYTHON=${PYTHON:-${PAPCCL_VENV:-$cache/venv}/bin/python3}
 read -r -a SIZES <<<"${SIZES:--b 64K -e 16M -f 16}"
 if [ "${1:-}" = --quick ]; then
-  ROUNDS=1 ITERS=3 WARMUP=2 SMALL_MULT=1 PATTERNS="balanced:0 late:2000"
+  ROUNDS=1 ITERS=3 WARMUP=2 SMALL_MULT=1 PATTERNS="balanced:0 late:2000" OWN_PATTERNS=""
   SIZES=(-b 64K -e 1M -f 16)
 fi
 mkdir -p "$OUT/bin"
@@ -183,6 +187,9 @@ for round in $(seq 1 "$ROUNDS"); do
         *) run_lib "$lib" "${p%%:*}" "${p#*:}" "$round" "$n" ;;
         esac
       done
+    done
+    for p in $OWN_PATTERNS; do
+      run_lib papccl "${p%%:*}" "${p#*:}" "$round" "$n"
     done
   done
 done

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 
 #include "perf/arrival.h"
@@ -57,6 +58,31 @@ TEST(Arrival, FixedPatterns) {
   ASSERT_EQ(0, x.Parse("staircase", 3000));
   for (int r = 0; r < 4; r++)
     EXPECT_DOUBLE_EQ(1000.0 * r, x.D(r, 4));
+  ASSERT_EQ(0, x.Parse("together", 2000));
+  for (int r = 0; r < 4; r++)
+    EXPECT_EQ(2000, x.D(r, 4)) << "every rank does the same work before the call";
+}
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+// A late rank in a benchmark computes: it holds its core for the whole delay, so waiting ranks
+// cannot borrow it. Its CPU time is most of the wall time (a share of at least 20% allows for
+// a loaded machine); a sleeping wait, right for tests, uses almost none.
+TEST(Arrival, ComputeHoldsTheCoreDelaySleeps) {
+  double w0 = papPerfNow(), c0 = ThreadCpuSeconds();
+  papPerfComputeUs(20000);
+  double wall = papPerfNow() - w0, cpu = ThreadCpuSeconds() - c0;
+  EXPECT_GE(wall, 0.020);
+  EXPECT_GE(cpu, 0.2 * wall) << "computing for 20 ms used " << cpu * 1e3 << " ms of CPU";
+  w0 = papPerfNow(), c0 = ThreadCpuSeconds();
+  papPerfDelayUs(20000);
+  wall = papPerfNow() - w0, cpu = ThreadCpuSeconds() - c0;
+  EXPECT_GE(wall, 0.020);
+  EXPECT_LT(cpu, 0.2 * wall) << "a sleeping delay of 20 ms used " << cpu * 1e3 << " ms of CPU";
 }
 
 TEST(Arrival, RandomPatternsAreBoundedAndReproducible) {
