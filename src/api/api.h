@@ -14,7 +14,7 @@ papcclResult_t papCommAllocShell(int rank, int nranks, const papcclConfig_t* con
                                  struct papComm** commOut);
 void papCommFreeShell(struct papComm* comm);
 /* ---- Hierarchy (hier.c) ---------------------------------------------------------------- */
-/* Collective over comm, right after its transport is up: creates hierLocal/hierLeaders when
+/* Collective over comm, right after its transport is up: creates hierLocal/hierCross when
  * the ranks span hosts and some host has more than one rank (and PAPCCL_HIER is not 0). */
 papcclResult_t papHierSetup(struct papComm* comm);
 /* Sets the abort flag of the inner communicators (before an abort waits for calls). */

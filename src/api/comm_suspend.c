@@ -34,7 +34,7 @@ static void heldBytes(struct papComm* comm, struct memHeld* h) {
   h->suspend += ds;
   h->persist += dp;
   if (comm->hierLocal) heldBytes(comm->hierLocal, h);
-  if (comm->hierLeaders) heldBytes(comm->hierLeaders, h);
+  if (comm->hierCross) heldBytes(comm->hierCross, h);
 }
 
 /* Gives back what comm and its inner comms can make again alone (after their queued work). */
@@ -45,7 +45,7 @@ static papcclResult_t releaseComm(struct papComm* comm) {
   pthread_mutex_unlock(&comm->progressLock);
   PAP_CHECK(papDeviceRelease(comm));
   if (comm->hierLocal) PAP_CHECK(releaseComm(comm->hierLocal));
-  if (comm->hierLeaders) PAP_CHECK(releaseComm(comm->hierLeaders));
+  if (comm->hierCross) PAP_CHECK(releaseComm(comm->hierCross));
   return papcclSuccess;
 }
 
@@ -57,7 +57,7 @@ static papcclResult_t restoreComm(struct papComm* comm) {
   pthread_mutex_unlock(&comm->progressLock);
   PAP_CHECK(res);
   if (comm->hierLocal) PAP_CHECK(restoreComm(comm->hierLocal));
-  if (comm->hierLeaders) PAP_CHECK(restoreComm(comm->hierLeaders));
+  if (comm->hierCross) PAP_CHECK(restoreComm(comm->hierCross));
   return papcclSuccess;
 }
 

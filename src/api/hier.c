@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Hierarchy across hosts: the node-leader scheme of docs/PAP.md 3.3.1.
+/* Hierarchy across hosts: the schemes of docs/PAP.md 3.3.1.
  *
  * When a communicator's ranks span hosts and some host holds several of them, two inner
  * communicators are split off at init: hierLocal (the ranks of one host, over shared memory)
- * and hierLeaders (the lowest rank of every host, over the network). An allreduce then runs
- * as three collectives: a reduce to the host leader on hierLocal, an allreduce among the
- * leaders on hierLeaders, and a broadcast from the leader on hierLocal. Each is an ordinary
- * collective with its own PAP engine, so a host "arrives" on the leaders' board when its
- * local reduction is done, and the PAP-aware plans move the network work to the hosts
- * already there. Only one message per host crosses the network per chunk, instead of one
- * per rank.
+ * and hierCross (local rank i of every host, over the network; for i = 0, the host
+ * leaders). An allreduce then runs as three collectives, in one of two schemes:
+ *   - leaders: a reduce to the host leader on hierLocal, an allreduce among the leaders on
+ *     their hierCross, and a broadcast from the leader on hierLocal;
+ *   - rails (every host holds L ranks, L divides the count, PAPCCL_HIER_RAILS): a
+ *     reduce-scatter on hierLocal, an allreduce of each local rank's slice of count/L on its
+ *     hierCross, and an allgather on hierLocal: every rank's links carry a share between
+ *     hosts, where the leaders' scheme leaves the others idle.
+ * Each is an ordinary collective with its own PAP engine, so a host "arrives" on the cross
+ * board when its local step is done, and the PAP-aware plans move the network work to the
+ * hosts already there. One message per host and rail crosses the network per chunk.
  *
  * Which calls take it is the path decision's (papPathDecide, src/arrival/path.c): the same
  * on every rank, from what every rank sees alike: the op, the datatype, the count, the
@@ -55,8 +59,8 @@ papcclResult_t papHierSetup(struct papComm* comm) {
   cfg.blocking = 1; /* the three steps of a hierarchical call run one after the other */
   papcclResult_t res = papcclCommSplit(comm, myHost, comm->rank, &comm->hierLocal, &cfg);
   if (res == papcclSuccess)
-    res = papcclCommSplit(comm, myLocal == 0 ? 0 : PAPCCL_SPLIT_NOCOLOR, comm->rank,
-                          &comm->hierLeaders, &cfg);
+    res = papcclCommSplit(comm, myLocal, comm->rank, &comm->hierCross, &cfg);
+  comm->hierRails = nhosts * maxLocal == n && papParamHierRails() != 0;
   papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
   if (res != papcclSuccess) {
     PAP_WARN("cannot set up the host hierarchy (%d hosts): %s", nhosts, papResultString(res));
@@ -64,13 +68,14 @@ papcclResult_t papHierSetup(struct papComm* comm) {
     return res;
   }
   PAP_INFO(PAP_LOG_INIT,
-           "hierarchy: %d hosts, up to %d ranks each; rank %d is local rank %d of host %d%s",
-           nhosts, maxLocal, comm->rank, myLocal, myHost, myLocal == 0 ? " (its leader)" : "");
+           "hierarchy: %d hosts, up to %d ranks each; rank %d is local rank %d of host %d%s%s",
+           nhosts, maxLocal, comm->rank, myLocal, myHost, myLocal == 0 ? " (its leader)" : "",
+           comm->hierRails ? "; every local rank crosses the network" : "");
   return papcclSuccess;
 }
 
 void papHierAbortFlags(struct papComm* comm) {
-  struct papComm* inner[2] = {comm->hierLocal, comm->hierLeaders};
+  struct papComm* inner[2] = {comm->hierLocal, comm->hierCross};
   for (int i = 0; i < 2; i++) {
     if (inner[i] == NULL) continue;
     atomic_store_explicit(&inner[i]->abortFlag, 1, memory_order_seq_cst);
@@ -80,7 +85,7 @@ void papHierAbortFlags(struct papComm* comm) {
 }
 
 void papHierFree(struct papComm* comm, int abort) {
-  struct papComm** inner[2] = {&comm->hierLeaders, &comm->hierLocal};
+  struct papComm** inner[2] = {&comm->hierCross, &comm->hierLocal};
   for (int i = 0; i < 2; i++) {
     if (*inner[i] == NULL) continue;
     if (abort)
@@ -94,12 +99,12 @@ void papHierFree(struct papComm* comm, int abort) {
 papcclResult_t papHierFinalize(struct papComm* comm) {
   papcclResult_t res = papcclSuccess;
   if (comm->hierLocal) res = papcclCommFinalize(comm->hierLocal);
-  if (res == papcclSuccess && comm->hierLeaders) res = papcclCommFinalize(comm->hierLeaders);
+  if (res == papcclSuccess && comm->hierCross) res = papcclCommFinalize(comm->hierCross);
   return res;
 }
 
 papcclResult_t papHierAsyncError(struct papComm* comm) {
-  struct papComm* inner[2] = {comm->hierLocal, comm->hierLeaders};
+  struct papComm* inner[2] = {comm->hierLocal, comm->hierCross};
   for (int i = 0; i < 2; i++) {
     if (inner[i] == NULL) continue;
     int e = atomic_load_explicit(&inner[i]->asyncError, memory_order_acquire);
@@ -118,16 +123,42 @@ static papcclResult_t innerResult(struct papComm* comm, struct papComm* inner, p
   return res;
 }
 
+/* The rails scheme: each local rank reduces one slice of count/L on the host, allreduces it
+ * with the same slice of the other hosts, and the host gathers the slices. In place when the
+ * caller's call is (NCCL's in-place forms of ReduceScatter and AllGather). */
+static papcclResult_t railAllReduce(const struct papOpDesc* d, papcclRedOp_t op) {
+  struct papComm* comm = d->comm;
+  struct papComm* local = comm->hierLocal;
+  size_t slice = d->call.count / (size_t)local->nranks;
+  char* mine =
+      (char*)d->call.recvbuff + (size_t)local->rank * slice * papKernTypeSize(d->call.dtype);
+  papcclResult_t res =
+      papcclReduceScatter(d->call.sendbuff, mine, slice, d->call.dtype, op, local, d->stream);
+  PAP_CHECK(innerResult(comm, local, res));
+  res = papcclAllReduce(mine, mine, slice, d->call.dtype, op, comm->hierCross, d->stream);
+  PAP_CHECK(innerResult(comm, comm->hierCross, res));
+  res = papcclAllGather(mine, d->call.recvbuff, slice, d->call.dtype, local, d->stream);
+  PAP_CHECK(innerResult(comm, local, res));
+  atomic_fetch_add_explicit(&comm->hierRailOps, 1, memory_order_relaxed);
+  return papcclSuccess;
+}
+
 papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op) {
   struct papComm* comm = d->comm;
   struct papComm* local = comm->hierLocal;
+  if (comm->hierRails && d->call.count % (size_t)local->nranks == 0) {
+    PAP_CHECK(railAllReduce(d, op));
+    atomic_fetch_add_explicit(&comm->hierOps, 1, memory_order_relaxed);
+    papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
+    return papcclSuccess;
+  }
   papcclResult_t res = papcclReduce(d->call.sendbuff, d->call.recvbuff, d->call.count,
                                     d->call.dtype, op, 0, local, d->stream);
   PAP_CHECK(innerResult(comm, local, res));
-  if (comm->hierLeaders) {
+  if (local->rank == 0) {
     res = papcclAllReduce(d->call.recvbuff, d->call.recvbuff, d->call.count, d->call.dtype, op,
-                          comm->hierLeaders, d->stream);
-    PAP_CHECK(innerResult(comm, comm->hierLeaders, res));
+                          comm->hierCross, d->stream);
+    PAP_CHECK(innerResult(comm, comm->hierCross, res));
   }
   res = papcclBroadcast(d->call.recvbuff, d->call.recvbuff, d->call.count, d->call.dtype, 0, local,
                         d->stream);

@@ -112,11 +112,13 @@ struct papComm {
   int threadStop;
 
   /* Hierarchy (the API layer's hier.c): when the ranks span hosts and some host has several, the
-   * ranks of each host share hierLocal (shared memory) and the lowest rank of each host is
-   * in hierLeaders (the network); NULL otherwise. */
+   * ranks of each host share hierLocal (shared memory), and local rank i of every host shares
+   * hierCross (the network): the host leaders' comm for i = 0; NULL otherwise. */
   struct papComm* hierLocal;
-  struct papComm* hierLeaders; /* NULL on ranks that lead no host */
+  struct papComm* hierCross;
+  int hierRails; /* every host holds as many ranks and PAPCCL_HIER_RAILS: all cross the network */
   _Atomic uint64_t hierOps; /* allreduces that took the hierarchical path */
+  _Atomic uint64_t hierRailOps; /* of which every local rank carried a slice between hosts */
 
   struct papComm* liveNext; /* the process's live comms (the dump signal walks them) */
   struct papComm* livePrev;

@@ -45,6 +45,10 @@
   X(StreamMinBytes, "PAPCCL_STREAM_MIN_BYTES", 67108864, 0, 1099511627776, \
     "from this result size up, the last copy of each piece into the caller's buffer bypasses " \
     "the caches (non-temporal stores); smaller results stay in cache for the caller") \
+  X(HierRails, "PAPCCL_HIER_RAILS", 1, 0, 1, \
+    "when every host holds as many ranks: a hierarchical allreduce whose count they divide " \
+    "reduce-scatters on the host, each local rank allreduces its slice with its peers of the " \
+    "other hosts, then allgathers; `0`: only the host leaders cross the network") \
   X(HierMinBytes, "PAPCCL_HIER_MIN_BYTES", 65536, 0, 1099511627776, \
     "allreduces smaller than this take one flat plan over the network instead of the host " \
     "hierarchy: its three collectives in a row cost more than they save on small messages") \

@@ -52,6 +52,12 @@ int64_t papTestCommHierOps(void* comm) {
   return (int64_t)atomic_load(&c->hierOps);
 }
 
+int64_t papTestCommHierRailOps(void* comm) {
+  struct papComm* c = (struct papComm*)comm;
+  if (c->hierLocal == NULL) return -1;
+  return (int64_t)atomic_load(&c->hierRailOps);
+}
+
 uint64_t papTestCommEngineBytes(void* comm) {
   const struct papEngine* e = &((struct papComm*)comm)->engine;
   uint64_t b = e->steps != NULL && e->cap > 0 ? (uint64_t)e->cap * sizeof(struct papStep) : 0;

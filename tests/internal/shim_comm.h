@@ -41,6 +41,8 @@ int papTestCommOversubscribed(void* comm);
 
 /* Allreduces comm ran through its host hierarchy; -1 when comm has no hierarchy. */
 int64_t papTestCommHierOps(void* comm);
+/* Of those, the allreduces in which every local rank carried a slice between hosts. */
+int64_t papTestCommHierRailOps(void* comm);
 
 /* What comm holds, read from its raw fields and the file system (an oracle for
  * papcclCommMemStats, independent of its accounting): the engine's plan step array and scratch

@@ -291,6 +291,59 @@ INSTANTIATE_TEST_SUITE_P(Hosts, UcxHosts,
                                   (std::get<1>(i.param).empty() ? "" : "_" + std::get<1>(i.param));
                          });
 
+// The rails scheme of the hierarchy: with 2 ranks on each host, an allreduce whose count is
+// even reduce-scatters on the host, allreduces each half between hosts on its own rail and
+// allgathers; an odd count takes the leaders' scheme. Results checked for every case, in and
+// out of place, and the scheme each call took counted.
+class UcxRails : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(UcxRails, EveryLocalRankCarriesASlice) {
+  const std::vector<int> hostOf = HostLayout(GetParam());
+  const int n = (int)hostOf.size();
+  ScopedEnv hierEnv("PAPCCL_HIER", "1");
+  ScopedEnv rails("PAPCCL_HIER_RAILS", "1");
+  ScopedEnv hierMin("PAPCCL_HIER_MIN_BYTES", "0");
+  auto out = RunProcesses(
+      n,
+      [&](Rank& rk) {
+        rk.comm = UcxComm(rk, hostOf[rk.rank]);
+        ASSERT_NE(nullptr, rk.comm);
+        uint32_t seed = 1;
+        int64_t calls = 0, railCalls = 0;
+        for (papcclDataType_t t : {papcclFloat32, papcclInt32, papcclFloat64}) {
+          for (Op op : {Op::kSum, Op::kProd, Op::kMax, Op::kMin}) {
+            for (size_t count : {size_t(2), size_t(1001), size_t(70000), size_t(300002)}) {
+              for (bool inPlace : {false, true}) {
+                Case c;
+                c.type = t;
+                c.op = op;
+                c.count = count;
+                c.inPlace = inPlace;
+                c.seed = seed++;
+                EXPECT_TRUE(RunCase(rk, c)) << c.Describe();
+                calls++;
+                railCalls += count % 2 == 0;
+              }
+            }
+          }
+        }
+        EXPECT_EQ(calls, papTestCommHierOps(rk.comm)) << "hierarchical allreduces";
+        EXPECT_EQ(railCalls, papTestCommHierRailOps(rk.comm)) << "allreduces over the rails";
+        EXPECT_EQ(papcclSuccess, papcclCommFinalize(rk.comm)) << papcclGetLastError(rk.comm);
+        EXPECT_EQ(papcclSuccess, papcclCommDestroy(rk.comm));
+      },
+      OwnComms());
+  ExpectAllSucceeded(out, "the rails between host ids");
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, UcxRails, ::testing::Values("0,0,1,1", "0,1,1,0"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           std::string layout;
+                           for (const char* ch = i.param; *ch; ch++)
+                             layout += *ch == ',' ? '_' : *ch;
+                           return "hosts" + layout;
+                         });
+
 // A host whose process dies mid-run: the survivors fail with an error within the timeout
 // instead of hanging, and can destroy their communicators.
 #ifdef PAPCCL_HAVE_IB
