@@ -3,7 +3,8 @@
 """Plots of the comparison (perf/compare/run.sh), of one collective's arrival timeline and of
 the comparison between hosts (scripts/bench-hosts.sh).
 
-  plot.py --cells OUT/cells.tsv [--timeline timeline.txt] [--hosts HOSTS/cells.tsv ...] [--out DIR]
+  plot.py --cells OUT/cells.tsv [--ranks N] [--tail-size BYTES] [--timeline timeline.txt]
+          [--hosts HOSTS/cells.tsv ...] [--out DIR]
 
 Writes DIR/busbw.png (bus bandwidth against size per library, balanced arrivals),
 DIR/tail.png (tail after the last arrival against skew, per pattern and library) and, with
@@ -63,10 +64,13 @@ def busbw_plot(cells, nranks, out):
     plt.close()
 
 
-def tail_plot(cells, nranks, out):
-    kinds = sorted({k[1].split(":")[0] for k in cells if not k[1].startswith("balanced")})
+def tail_plot(cells, nranks, out, size=None):
+    """One panel per arrival pattern; papccl's balanced call after the same work (together:S,
+    its own reference) is drawn dashed in every panel, not as a pattern of its own."""
+    kinds = sorted({k[1].split(":")[0] for k in cells
+                    if not k[1].startswith(("balanced", "together"))})
     sizes = sorted({k[2] for k in cells})
-    size = sizes[-1]
+    size = size if size in sizes else sizes[-1]
     libs = sorted({k[0] for k in cells}, key=lambda l: (l != "papccl", l))
     fig, axes = plt.subplots(1, max(1, len(kinds)), figsize=(5.2 * max(1, len(kinds)), 4.2),
                              squeeze=False)
@@ -83,6 +87,12 @@ def tail_plot(cells, nranks, out):
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=lib,
                         linewidth=2.5 if lib == "papccl" else 1.2)
+        own = sorted((float(pat.split(":")[1]) / 1000, statistics.median(x[0] for x in v) / 1000)
+                     for (l, pat, s), v in cells.items()
+                     if l == "papccl" and s == size and pat.startswith(("together:", "balanced")))
+        if own:
+            ax.plot([p[0] for p in own], [p[1] for p in own], linestyle="--", marker="x", color="0.4",
+                    label="papccl balanced after the same work")
         ax.set_xlabel("injected skew (ms)")
         ax.set_ylabel("tail after the last arrival (ms)")
         ax.set_title(f"{kind}: {size >> 20} MiB, {nranks} ranks")
@@ -224,6 +234,7 @@ def main():
                     help="cells.tsv of perf/torch/ddp_bench.py (several: one per rank count, or run.sh's)")
     ap.add_argument("--out", default=".")
     ap.add_argument("--ranks", type=int, help="rank count to plot (default: the first in the cells)")
+    ap.add_argument("--tail-size", type=int, help="bytes of the tail plot (default: the largest)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if a.cells:
@@ -231,7 +242,7 @@ def main():
         if not cells:
             sys.exit(f"plot.py: no cells in {a.cells}")
         busbw_plot(cells, n, a.out)
-        tail_plot(cells, n, a.out)
+        tail_plot(cells, n, a.out, a.tail_size)
     if a.timeline:
         timeline_plot(a.timeline, a.out)
     if a.hosts:

@@ -73,15 +73,17 @@ def main():
     def own_ratio(n, pat, size, tail):
         """The tail against papccl's balanced call after the same work (pattern together:S,
         every rank S us late): a call after S us of work finds colder caches than one back to
-        back, whoever is late."""
+        back, whoever is late. Its tail (last arrival to last completion) is the reference:
+        where ranks outnumber CPUs, ranks computing together reach the call as the scheduler
+        lets their spins end, so their time in the call also holds waits for each other."""
         skew = pat.split(":", 1)[1] if ":" in pat else ""
         key = ("papccl", n, "together:" + skew, size)
         if not skew or key not in cells:
             return
         own, late = cells[key], cells.get(("papccl", n, pat, size), {})
-        rs = [late[r][1] / own[r][0] for r in late if r in own and own[r][0] > 0]
+        rs = [late[r][1] / own[r][1] for r in late if r in own and own[r][1] > 0]
         judge("late: tail <= own balanced after the same work", f"{n} ranks, {pat}, {size} B",
-              tail, med(key, 0), 1.0, "papccl together:" + skew + " inColl",
+              tail, med(key, 1), 1.0, "papccl together:" + skew + " tail",
               st.median(rs) if rs else nan)
 
     for (lib, n, pat, size) in sorted(cells, key=lambda k: k[1:]):
