@@ -70,6 +70,12 @@ def main():
         rows.append((goal, cell, f"{value:.1f}", f"{ref:.1f} ({what})", f"{r:.2f}",
                      f"{pair:.2f}" if pair == pair else "-", f"<= {bound}", ok))
 
+    def by_round(num, nf, den, df):
+        """Median over rounds of cells[num][r][nf] / cells[den][r][df] (rounds in both)."""
+        a, b = cells.get(num, {}), cells.get(den, {})
+        rs = [a[r][nf] / b[r][df] for r in a if r in b and b[r][df] > 0]
+        return st.median(rs) if rs else nan
+
     def own_ratio(n, pat, size, tail):
         """The tail against papccl's balanced call after the same work (pattern together:S,
         every rank S us late): a call after S us of work finds colder caches than one back to
@@ -80,11 +86,9 @@ def main():
         key = ("papccl", n, "together:" + skew, size)
         if not skew or key not in cells:
             return
-        own, late = cells[key], cells.get(("papccl", n, pat, size), {})
-        rs = [late[r][1] / own[r][1] for r in late if r in own and own[r][1] > 0]
         judge("late: tail <= own balanced after the same work", f"{n} ranks, {pat}, {size} B",
               tail, med(key, 1), 1.0, "papccl together:" + skew + " tail",
-              st.median(rs) if rs else nan)
+              by_round(("papccl", n, pat, size), 1, key, 1))
 
     for (lib, n, pat, size) in sorted(cells, key=lambda k: k[1:]):
         if lib != "papccl":
@@ -114,16 +118,14 @@ def main():
         judge("late: tail <= 0.7x best peer", cell, tail, ref, 0.7, who, paired(n, pat, size, 1))
         bal = med(("papccl", n, "balanced:0", size), 0)
         if bal == bal:
-            own = cells.get(("papccl", n, "balanced:0", size), {})
-            late = cells.get(("papccl", n, pat, size), {})
-            rs = [late[r][1] / own[r][0] for r in late if r in own and own[r][0] > 0]
             # The same ratio for the peer with the best tail: what the machine does to a
             # call that comes after a wait, whoever runs it.
             pb = med((who, n, "balanced:0", size), 0)
             ptail = med((who, n, pat, size), 1)
             peer = f"; {who}'s own: {ptail / pb:.2f}x" if pb == pb and pb > 0 else ""
             judge("late: tail <= own balanced", cell, tail, bal, 1.0,
-                  "papccl balanced inColl" + peer, st.median(rs) if rs else nan)
+                  "papccl balanced inColl" + peer,
+                  by_round(("papccl", n, pat, size), 1, ("papccl", n, "balanced:0", size), 0))
         own_ratio(n, pat, size, tail)
         if n == 4 and size == 16 << 20 and pat.endswith(":20000") and "copy_gbps" in floors:
             floor_us = (n + 2) * size / floors["copy_gbps"] / 1000.0

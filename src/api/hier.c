@@ -57,10 +57,11 @@ papcclResult_t papHierSetup(struct papComm* comm) {
   if (nhosts < 2 || maxLocal < 2) return papcclSuccess;
   papcclConfig_t cfg = PAPCCL_CONFIG_INITIALIZER;
   cfg.blocking = 1; /* the three steps of a hierarchical call run one after the other */
-  papcclResult_t res = papcclCommSplit(comm, myHost, comm->rank, &comm->hierLocal, &cfg);
-  if (res == papcclSuccess)
-    res = papcclCommSplit(comm, myLocal, comm->rank, &comm->hierCross, &cfg);
   comm->hierRails = nhosts * maxLocal == n && papParamHierRails() != 0;
+  papcclResult_t res = papcclCommSplit(comm, myHost, comm->rank, &comm->hierLocal, &cfg);
+  /* Without rails only the leaders cross the network: the others make no cross comm. */
+  int cross = comm->hierRails || myLocal == 0 ? myLocal : PAPCCL_SPLIT_NOCOLOR;
+  if (res == papcclSuccess) res = papcclCommSplit(comm, cross, comm->rank, &comm->hierCross, &cfg);
   papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
   if (res != papcclSuccess) {
     PAP_WARN("cannot set up the host hierarchy (%d hosts): %s", nhosts, papResultString(res));
@@ -143,15 +144,11 @@ static papcclResult_t railAllReduce(const struct papOpDesc* d, papcclRedOp_t op)
   return papcclSuccess;
 }
 
-papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op) {
+/* The leaders' scheme: the host reduces to its leader, the leaders allreduce between hosts,
+ * and each leader broadcasts the result on its host. */
+static papcclResult_t leaderAllReduce(const struct papOpDesc* d, papcclRedOp_t op) {
   struct papComm* comm = d->comm;
   struct papComm* local = comm->hierLocal;
-  if (comm->hierRails && d->call.count % (size_t)local->nranks == 0) {
-    PAP_CHECK(railAllReduce(d, op));
-    atomic_fetch_add_explicit(&comm->hierOps, 1, memory_order_relaxed);
-    papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
-    return papcclSuccess;
-  }
   papcclResult_t res = papcclReduce(d->call.sendbuff, d->call.recvbuff, d->call.count,
                                     d->call.dtype, op, 0, local, d->stream);
   PAP_CHECK(innerResult(comm, local, res));
@@ -163,6 +160,15 @@ papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op) {
   res = papcclBroadcast(d->call.recvbuff, d->call.recvbuff, d->call.count, d->call.dtype, 0, local,
                         d->stream);
   PAP_CHECK(innerResult(comm, local, res));
+  return papcclSuccess;
+}
+
+papcclResult_t papHierAllReduce(const struct papOpDesc* d, papcclRedOp_t op) {
+  struct papComm* comm = d->comm;
+  if (comm->hierRails && d->call.count % (size_t)comm->hierLocal->nranks == 0)
+    PAP_CHECK(railAllReduce(d, op));
+  else
+    PAP_CHECK(leaderAllReduce(d, op));
   atomic_fetch_add_explicit(&comm->hierOps, 1, memory_order_relaxed);
   papLogSetContext(comm->rank, comm->lastError, sizeof(comm->lastError));
   return papcclSuccess;

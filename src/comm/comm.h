@@ -113,7 +113,8 @@ struct papComm {
 
   /* Hierarchy (the API layer's hier.c): when the ranks span hosts and some host has several, the
    * ranks of each host share hierLocal (shared memory), and local rank i of every host shares
-   * hierCross (the network): the host leaders' comm for i = 0; NULL otherwise. */
+   * hierCross (the network): the host leaders' comm for i = 0; NULL otherwise, and on
+   * non-leaders where rails do not apply (hierRails 0). */
   struct papComm* hierLocal;
   struct papComm* hierCross;
   int hierRails; /* every host holds as many ranks and PAPCCL_HIER_RAILS: all cross the network */
