@@ -49,7 +49,7 @@
     "when every host holds as many ranks: a hierarchical allreduce whose count they divide " \
     "reduce-scatters on the host, each local rank allreduces its slice with its peers of the " \
     "other hosts, then allgathers; `0`: only the host leaders cross the network") \
-  X(HierMinBytes, "PAPCCL_HIER_MIN_BYTES", 65536, 0, 1099511627776, \
+  X(HierMinBytes, "PAPCCL_HIER_MIN_BYTES", 131072, 0, 1099511627776, \
     "allreduces smaller than this take one flat plan over the network instead of the host " \
     "hierarchy: its three collectives in a row cost more than they save on small messages") \
   X(Deterministic, "PAPCCL_DETERMINISTIC", 0, 0, 1, \
