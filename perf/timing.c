@@ -173,7 +173,15 @@ static void benchTime(struct perfRank* r, papcclDataType_t type, int op, int roo
   double sec;
   double papCols[3] = {0, 0, 0};
   if (arrivalMode(o)) {
-    /* Arrival pattern: a barrier, this rank's delay, then the call; time only the calls. */
+    /* Arrival pattern: a barrier, this rank's delay, then the call; time only the calls.
+     * The warm-up calls come here, with the pattern, so that an adaptive library (papccl's
+     * selector takes a size's PAP plan at its 12th call at the earliest) is in its steady
+     * state when the timed calls start. */
+    for (int it = 0; it < o->warmupIters; it++) {
+      papPerfBarrier(r);
+      papPerfComputeUs(papPerfArrivalDelayUs(&o->arrival, r->rank, p->nranks, r->calls++));
+      runIter(r, type, op, root, inPlace, it);
+    }
     double inCall = 0;
     double* st = r->pap;
     for (int it = 0; it < o->iters; it++) {
@@ -314,7 +322,10 @@ void papPerfTimeTest(struct perfRank* r, papcclDataType_t type, int op, int root
                                                papcclScalarHostImmediate, r->comm));
   }
   papPerfBarrier(r);
-  for (size_t size = o->minBytes; size <= p->maxBytes; size = size ? size * 2 : 1) {
+  /* With an arrival pattern every size warms up with it, just before its timed calls
+   * (benchTime); calls without the pattern first would only delay an adaptive library. */
+  for (size_t size = o->minBytes; size <= p->maxBytes && !arrivalMode(o);
+       size = size ? size * 2 : 1) {
     papPerfSetupSize(r, size, type);
     for (int it = 0; it < o->warmupIters; it++)
       startColl(r, type, op, root, 0, it);

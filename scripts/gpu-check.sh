@@ -106,7 +106,8 @@ done
 peers=${PEERS:-$PWD/build-peers}
 if [ -x "$peers/openmpi5/bin/mpicc" ] || [ -x "$peers/mpich5/bin/mpicc" ]; then
   log "host comparison, 8 and 16 ranks (perf/compare/run.sh)"
-  BUILD=$B OUT="$OUTDIR/compare" PEERS=$peers NRANKS="8 16" ROUNDS=3 LIBS="papccl openmpi5 mpich5" \
+  BUILD=$B OUT="$OUTDIR/compare" PEERS=$peers NRANKS="8 16" ROUNDS=3 ITERS=10 WARMUP=16 \
+    LIBS="papccl openmpi5 mpich5" \
     PATTERNS="balanced:0 late:2000 late:20000" SIZES="--sizes 8,64K,1M,16M" CELL_TIMEOUT=120 \
     perf/compare/run.sh 2>&1 | grep -v "^# cells" | tee -a "$OUTDIR/summary.txt" || log "host comparison FAILED"
 else

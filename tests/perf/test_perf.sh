@@ -49,6 +49,18 @@ else
   bad "all_reduce_perf --arrival: $(cat "$tmp/chk" 2>/dev/null) $(tail -3 "$out" | tr '\n' ' ')"
 fi
 
+# Warm-up calls follow the arrival pattern: papccl's selector learns the injected skew (5 ms)
+# and takes the PAP plan before the timed calls. Warm-ups without the pattern taught it the
+# balanced skew instead (about 0.2 ms), and the timed calls ran the classic plan.
+out=$tmp/adapt.txt
+if PAPCCL_DEBUG=INFO PAPCCL_DEBUG_SUBSYS=PAP timeout 120 "$B/src/launcher/papcclrun" -n 4 \
+  "$B/perf/all_reduce_perf" -b 1M -e 1M -c 1 -n 2 -w 16 --arrival late --skew 5000 >"$out" 2>&1 &&
+  grep -Eq 'PAP selector: 1048576-byte allreduce on 4 ranks -> ac2s \(skew EMA ([3-9][0-9]{3}|[0-9]{5,})\.' "$out"; then
+  ok "all_reduce_perf --arrival: the warm-up calls carry the pattern"
+else
+  bad "all_reduce_perf --arrival warm-up: $(grep -E 'selector|^ +1048576' "$out" | tr '\n' ' ')"
+fi
+
 # The side-by-side cost of a setting (perf/param_cost.sh): one pair, a ratio line with numbers;
 # a build without the binaries is an error, not a table.
 root=$(cd "$here/../.." && pwd)
