@@ -175,7 +175,7 @@ static void benchTime(struct perfRank* r, papcclDataType_t type, int op, int roo
   if (arrivalMode(o)) {
     /* Arrival pattern: a barrier, this rank's delay, then the call; time only the calls.
      * The warm-up calls come here, with the pattern, so that an adaptive library (papccl's
-     * selector takes a size's PAP plan at its 12th call at the earliest) is in its steady
+     * selector plans a size with PAP from its 13th call at the earliest) is in its steady
      * state when the timed calls start. */
     for (int it = 0; it < o->warmupIters; it++) {
       papPerfBarrier(r);

@@ -12,7 +12,7 @@
 #
 # Usage: perf/compare/run.sh [--quick]      BUILD=dir (default ./build), OUT=dir (default a
 #   temp dir), NRANKS (rank counts, "4"; e.g. "2 4 8"), ROUNDS (3), ITERS (20), WARMUP (16:
-#   papccl's selector takes a size's PAP plan at its 12th call at the earliest),
+#   papccl's selector plans a size with PAP from its 13th call at the earliest),
 #   SMALL_MULT (50: sizes under 1 MiB run ITERS x 1 MiB/size calls, at most SMALL_MULT x
 #   ITERS; the same counts for every library),
 #   PATTERNS ("balanced:0 late:2000 late:20000 staircase:20000"; trace:FILE replays a
