@@ -174,22 +174,18 @@ static void benchTime(struct perfRank* r, papcclDataType_t type, int op, int roo
   double papCols[3] = {0, 0, 0};
   if (arrivalMode(o)) {
     /* Arrival pattern: a barrier, this rank's delay, then the call; time only the calls.
-     * The warm-up calls come here, with the pattern, so that an adaptive library (papccl's
-     * selector plans a size with PAP from its 13th call at the earliest) is in its steady
-     * state when the timed calls start. */
-    for (int it = 0; it < o->warmupIters; it++) {
-      papPerfBarrier(r);
-      papPerfComputeUs(papPerfArrivalDelayUs(&o->arrival, r->rank, p->nranks, r->calls++));
-      runIter(r, type, op, root, inPlace, it);
-    }
+     * The warm-up calls (it < 0) come first, with the pattern, so that an adaptive library
+     * (papccl's selector plans a size with PAP from its 13th call at the earliest) is in its
+     * steady state when the timed calls start. */
     double inCall = 0;
     double* st = r->pap;
-    for (int it = 0; it < o->iters; it++) {
+    for (int it = -o->warmupIters; it < o->iters; it++) {
       papPerfBarrier(r);
       papPerfComputeUs(papPerfArrivalDelayUs(&o->arrival, r->rank, p->nranks, r->calls++));
       double t0 = papPerfNow();
-      runIter(r, type, op, root, inPlace, it);
+      runIter(r, type, op, root, inPlace, it < 0 ? it + o->warmupIters : it);
       double t1 = papPerfNow();
+      if (it < 0) continue;
       inCall += t1 - t0;
       st[it] = t0; /* -> last arrival */
       st[o->iters + it] = t0; /* -> first arrival */
