@@ -487,17 +487,26 @@ papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
   int progressed = 0;
   int end = papEngineScanEnd(e);
   /* One pass of the transport's background work for the whole window, not one per request
-   * tested: a UCX worker pass polls its sockets with a system call. */
-  if (e->first < end) PAP_CHECK(e->tops->msg->progress(e->tstate));
+   * tested: a UCX worker pass polls its sockets with a system call. It runs before the first
+   * test of a step posted in an earlier pass, else at the end of the pass: the steps that
+   * can start are posted before it (a step posted now is tested without it), so a rank that
+   * comes late sends its data before it reads what waited for it (over TCP, reading first
+   * cost the peers 25-30 us of the late rank's tail; perf/README.md). */
+  int pumped = e->first >= end;
   for (int i = e->first; i < end; i++) {
     struct papStep* s = &e->steps[i];
-    int wasDone = s->state == PAP_STEP_DONE;
+    int wasDone = s->state == PAP_STEP_DONE, fresh = 0;
     if (s->state == PAP_STEP_IDLE) {
       if (!depsDone(e, s)) continue;
       PAP_CHECK(startStep(e, s, &progressed));
+      fresh = 1;
     }
     if (s->state == PAP_STEP_POSTED) {
       int done = 0;
+      if (!pumped && !fresh) {
+        PAP_CHECK(e->tops->msg->progress(e->tstate));
+        pumped = 1;
+      }
       int dev = s->kind == PAP_STEP_DCOPY || s->kind == PAP_STEP_DREDUCE;
       if (dev)
         PAP_CHECK(e->dev.ops->test(e->dev.ctx, s, &done));
@@ -524,6 +533,7 @@ papcclResult_t papEngineProgress(struct papEngine* e, int* progressedOut) {
       if (end < e->nsteps) end++;
     }
   }
+  if (!pumped) PAP_CHECK(e->tops->msg->progress(e->tstate));
   *progressedOut = progressed;
   return papcclSuccess;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "internal/shim_engine.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "engine.h"
@@ -69,4 +70,79 @@ int papTestEngineSendFailsInFlight(int hold, int* heldOut, int* postsOut) {
   *postsOut = st.posts;
   papEngineFree(&e);
   return idx < 0 ? papcclInternalError : res;
+}
+
+/* The order in which a made-up backend saw the engine's calls: 's' isend, 'r' irecv, 'p'
+ * progress (a worker pass), 't' test. */
+struct orderState {
+  char log[64];
+  int n;
+  struct papReq req;
+};
+
+static struct orderState* orderOf(struct papConn* c) {
+  return (struct orderState*)c;
+}
+
+static void orderNote(struct orderState* st, char c) {
+  if (st->n < (int)sizeof(st->log) - 1) st->log[st->n++] = c;
+}
+
+static papcclResult_t orderIsend(struct papConn* c, const void* b, size_t n, int mem, uint64_t tag,
+                                 struct papReq** reqOut) {
+  (void)b, (void)n, (void)mem, (void)tag;
+  orderNote(orderOf(c), 's');
+  *reqOut = &orderOf(c)->req;
+  return papcclSuccess;
+}
+
+static papcclResult_t orderIrecv(struct papConn* c, void* b, size_t n, int mem, uint64_t tag,
+                                 const struct papRecvSink* sink, struct papReq** reqOut) {
+  (void)b, (void)n, (void)mem, (void)tag, (void)sink;
+  orderNote(orderOf(c), 'r');
+  *reqOut = &orderOf(c)->req;
+  return papcclSuccess;
+}
+
+static papcclResult_t orderTest(struct papReq* r, int* doneOut, size_t* sizeOut) {
+  (void)sizeOut;
+  orderNote((struct orderState*)((char*)r - offsetof(struct orderState, req)), 't');
+  *doneOut = 1;
+  return papcclSuccess;
+}
+
+static papcclResult_t orderProgress(void* s) {
+  orderNote((struct orderState*)s, 'p');
+  return papcclSuccess;
+}
+
+static int orderAlive(void* s, int peer) {
+  (void)s, (void)peer;
+  return 1;
+}
+
+int papTestEngineCallOrder(char* logOut, size_t len) {
+  static const struct papMsgOps msg = {
+      .test = orderTest, .progress = orderProgress, .isend = orderIsend, .irecv = orderIrecv};
+  static const struct papLiveOps live = {.peerAlive = orderAlive};
+  struct papTransportOps tops;
+  memset(&tops, 0, sizeof(tops));
+  tops.msg = &msg;
+  tops.live = &live;
+  struct orderState st;
+  memset(&st, 0, sizeof(st));
+  struct papConn* conns[2] = {(struct papConn*)&st, (struct papConn*)&st};
+  struct papEngine e;
+  papcclResult_t res = papEngineInit(&e, 0, 2, &tops, &st, conns, NULL);
+  if (res != papcclSuccess) return res;
+  char mine[64] = {0}, theirs[64];
+  papPlanReset(&e);
+  papPlanBeginOp(&e, 1, sizeof(mine));
+  int s = papStepSend(&e, 1, mine, sizeof(mine), -1, -1);
+  int r = papStepRecv(&e, 1, theirs, sizeof(theirs), -1, -1);
+  int progressed = 0;
+  if (s >= 0 && r >= 0) res = papEngineProgress(&e, &progressed); /* the plan's first pass */
+  snprintf(logOut, len, "%s", st.log);
+  papEngineFree(&e);
+  return s < 0 || r < 0 ? papcclInternalError : res;
 }

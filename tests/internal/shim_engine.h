@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Test shim for the plan engine (src/engine/engine.h) on a made-up backend: one send whose
- * completion the backend fails because the peer is gone. */
+ * completion the backend fails because the peer is gone, and the order of the backend calls
+ * in a plan's first pass. */
 #ifndef PAPCCL_TESTS_SHIM_ENGINE_H_
 #define PAPCCL_TESTS_SHIM_ENGINE_H_
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -14,6 +17,11 @@ extern "C" {
  * *heldOut: the send step waits unposted afterwards; *postsOut: how many times it was
  * posted. */
 int papTestEngineSendFailsInFlight(int hold, int* heldOut, int* postsOut);
+
+/* A two-rank engine plans a send to rank 1 and a receive from it on a made-up backend that
+ * logs each call, and makes the plan's first pass. logOut gets the calls in order: 's'
+ * isend, 'r' irecv, 'p' progress (a worker pass), 't' test. Returns the pass's result. */
+int papTestEngineCallOrder(char* logOut, size_t len);
 
 #ifdef __cplusplus
 }
