@@ -265,7 +265,9 @@ void* papDeviceCurrentCtx(void) {
 }
 
 void papDeviceUse(int dev) {
-  if (dev < 0 || dev >= devCount || !papDeviceContextExists()) return;
+  /* devCount after papDeviceContextExists: its pthread_once orders the read after the init,
+   * which another rank thread of papcclCommInitAll may be running. */
+  if (dev < 0 || !papDeviceContextExists() || dev >= devCount) return;
   if (cudaSetDevice(dev) != cudaSuccess) (void)cudaGetLastError();
 }
 
