@@ -44,23 +44,33 @@ static int fakeAlive(void* s, int peer) {
   return peer != 1 || ((struct fakeState*)s)->alive;
 }
 
+/* A two-rank engine (rank 0) over msg and live, with one op of `bytes` begun; both ranks'
+ * connections are conns[] (the backend's state). tops and conns must outlive the engine. */
+static papcclResult_t fakeEngine(struct papEngine* e, struct papTransportOps* tops,
+                                 const struct papMsgOps* msg, const struct papLiveOps* live,
+                                 struct papConn** conns, size_t bytes) {
+  memset(tops, 0, sizeof(*tops));
+  tops->msg = msg;
+  tops->live = live;
+  papcclResult_t res = papEngineInit(e, 0, 2, tops, conns[0], conns, NULL);
+  if (res != papcclSuccess) return res;
+  papPlanReset(e);
+  papPlanBeginOp(e, 1, bytes);
+  return papcclSuccess;
+}
+
 int papTestEngineSendFailsInFlight(int hold, int* heldOut, int* postsOut) {
   static const struct papMsgOps msg = {
       .test = fakeTest, .progress = fakeProgress, .isend = fakeIsend};
   static const struct papLiveOps live = {.peerAlive = fakeAlive};
   struct papTransportOps tops;
-  memset(&tops, 0, sizeof(tops));
-  tops.msg = &msg;
-  tops.live = &live;
   struct fakeState st = {1, 0, {0}};
   struct papConn* conns[2] = {(struct papConn*)&st, (struct papConn*)&st};
   struct papEngine e;
-  papcclResult_t res = papEngineInit(&e, 0, 2, &tops, &st, conns, NULL);
+  char data[64] = {0};
+  papcclResult_t res = fakeEngine(&e, &tops, &msg, &live, conns, sizeof(data));
   if (res != papcclSuccess) return res;
   e.holdDeadSends = hold;
-  char data[64] = {0};
-  papPlanReset(&e);
-  papPlanBeginOp(&e, 1, sizeof(data));
   int idx = papStepSend(&e, 1, data, sizeof(data), -1, -1);
   for (int pass = 0; pass < 4 && res == papcclSuccess && idx >= 0; pass++) {
     int progressed = 0;
@@ -126,18 +136,13 @@ int papTestEngineCallOrder(char* logOut, size_t len) {
       .test = orderTest, .progress = orderProgress, .isend = orderIsend, .irecv = orderIrecv};
   static const struct papLiveOps live = {.peerAlive = orderAlive};
   struct papTransportOps tops;
-  memset(&tops, 0, sizeof(tops));
-  tops.msg = &msg;
-  tops.live = &live;
   struct orderState st;
   memset(&st, 0, sizeof(st));
   struct papConn* conns[2] = {(struct papConn*)&st, (struct papConn*)&st};
   struct papEngine e;
-  papcclResult_t res = papEngineInit(&e, 0, 2, &tops, &st, conns, NULL);
-  if (res != papcclSuccess) return res;
   char mine[64] = {0}, theirs[64];
-  papPlanReset(&e);
-  papPlanBeginOp(&e, 1, sizeof(mine));
+  papcclResult_t res = fakeEngine(&e, &tops, &msg, &live, conns, sizeof(mine));
+  if (res != papcclSuccess) return res;
   int s = papStepSend(&e, 1, mine, sizeof(mine), -1, -1);
   int r = papStepRecv(&e, 1, theirs, sizeof(theirs), -1, -1);
   int progressed = 0;

@@ -30,7 +30,7 @@ TEST(Engine, SendFailedInFlightFailsWhenNotHeld) {
 
 // A plan's first pass posts what can start before the backend's worker pass: a rank that
 // comes late sends its data first, and reads what waited for it after. Before, the pass
-// began with the worker pass ("psr..."): over TCP the late rank read the peer's message
+// began with the worker pass ("pstrt"): over TCP the late rank read the peer's message
 // before sending its own, and the peers waited 25-30 us longer for it (perf/README.md).
 TEST(Engine, FirstPassPostsBeforeTheWorkerPass) {
   char log[64] = {0};
